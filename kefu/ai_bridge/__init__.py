@@ -1,0 +1,1 @@
+"""kefu.ai_bridge"""

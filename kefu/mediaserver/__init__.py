@@ -1,0 +1,1 @@
+"""kefu.mediaserver"""

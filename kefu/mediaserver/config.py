@@ -1,0 +1,249 @@
+"""Configuration: a TOML file plus ``KEFU_*`` environment overrides, validated at start.
+
+Every setting has a default that runs on one machine offline. A bad value fails start-up with
+:class:`kefu.errors.ConfigError` whose ``key`` names the setting (``sip.listen``, ...).
+
+Environment overrides use the dotted key upper-cased with ``_`` for ``.``, e.g.
+``KEFU_SIP_LISTEN=0.0.0.0:5060`` or ``KEFU_CALLS_MAX_CONCURRENT=500``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from kefu.errors import ConfigError
+
+MEDIA_MODES = ("echo", "prompt", "ai")
+
+
+@dataclass(frozen=True, slots=True)
+class HostPort:
+    """A listen address ``HOST:PORT`` (IPv6 as ``[::1]:5060``)."""
+
+    host: str
+    port: int
+
+    @classmethod
+    def parse(cls, text: str, key: str) -> HostPort:
+        host, sep, port_text = text.rpartition(":")
+        if not sep or not host:
+            raise ConfigError(f"{key}: expected HOST:PORT, got {text!r}", key=key)
+        host = host.strip("[]")
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            if host != "localhost":
+                raise ConfigError(
+                    f"{key}: host must be an IP address, got {host!r}", key=key
+                ) from None
+            host = "127.0.0.1"
+        port = _port(port_text, key, allow_zero=True)
+        return cls(host, port)
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class SipConfig:
+    listen: HostPort = HostPort("127.0.0.1", 5060)
+    """Where the SIP trunk is served, on UDP and TCP alike."""
+    public_address: str | None = None
+    """Address written into Contact/SDP when it differs from the listen address (NAT)."""
+    allow_from: tuple[str, ...] = ("127.0.0.0/8", "::1/128")
+    """Trunk source networks (CIDR). Anything else gets 403, identical for every user."""
+    auth_realm: str = "kefu"
+    auth_users: Mapping[str, str] = field(default_factory=dict)
+    """Trunk digest credentials (user -> password). Empty: no authentication."""
+    auth_algorithm: str = "SHA-256"
+    max_message_bytes: int = 65535
+    session_expires: int = 1800
+    """RFC 4028 session interval offered to the trunk (seconds); 0 disables session timers."""
+    min_se: int = 90
+    transfer_target: str | None = None
+    """SIP URI of the call center's human queue, used by REFER (DTMF 0 or the HTTP API)."""
+    transfer_digit: str | None = "0"
+    """DTMF digit that asks for a human; None disables it."""
+
+
+@dataclass(frozen=True, slots=True)
+class RtpConfig:
+    ports: tuple[int, int] = (20000, 29999)
+    """Inclusive port range for RTP (even) and RTCP (odd) sockets."""
+    codecs: tuple[str, ...] = ("PCMU", "PCMA", "G722", "opus")
+    """Codec preference order for answers (the offerer's order wins when honour_offer_order)."""
+    honour_offer_order: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class CallsConfig:
+    max_concurrent: int = 500
+    retry_after: int = 30
+    """Seconds put in Retry-After with a 503 when full or draining."""
+    drain_timeout: float = 60.0
+    max_call_seconds: float = 0.0
+    """kefu hangs up after this long (0: never)."""
+    media_mode: str = "echo"
+    prompt_wav: str | None = None
+    """WAV played first in ``prompt`` mode; a built-in tone is used when unset."""
+
+
+@dataclass(frozen=True, slots=True)
+class HttpConfig:
+    listen: HostPort = HostPort("127.0.0.1", 8080)
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    level: str = "info"
+    json: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    sip: SipConfig = field(default_factory=SipConfig)
+    rtp: RtpConfig = field(default_factory=RtpConfig)
+    calls: CallsConfig = field(default_factory=CallsConfig)
+    http: HttpConfig = field(default_factory=HttpConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+
+
+def _port(value: Any, key: str, *, allow_zero: bool = False) -> int:
+    try:
+        port = int(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{key}: port must be an integer, got {value!r}", key=key) from None
+    if not (0 if allow_zero else 1) <= port <= 65535:
+        raise ConfigError(f"{key}: port out of range: {port}", key=key)
+    return port
+
+
+def parse_port_range(text: str, key: str = "rtp.ports") -> tuple[int, int]:
+    lo_text, sep, hi_text = str(text).partition("-")
+    if not sep:
+        raise ConfigError(f"{key}: expected LO-HI, got {text!r}", key=key)
+    lo, hi = _port(lo_text, key), _port(hi_text, key)
+    if hi - lo < 3:
+        raise ConfigError(f"{key}: range {lo}-{hi} holds fewer than 2 RTP/RTCP pairs", key=key)
+    return lo, hi
+
+
+def _coerce(key: str, current: Any, value: Any) -> Any:
+    """Convert a TOML/env value to the type of the default it replaces."""
+    if isinstance(current, HostPort):
+        return HostPort.parse(str(value), key)
+    if key == "rtp.ports":
+        if isinstance(value, list | tuple) and len(value) == 2:
+            return parse_port_range(f"{value[0]}-{value[1]}", key)
+        return parse_port_range(str(value), key)
+    if isinstance(current, bool):
+        if isinstance(value, bool):
+            return value
+        if str(value).lower() in ("1", "true", "yes", "on"):
+            return True
+        if str(value).lower() in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"{key}: expected a boolean, got {value!r}", key=key)
+    if isinstance(current, int | float) and not isinstance(current, bool):
+        try:
+            number = type(current)(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{key}: expected a number, got {value!r}", key=key) from None
+        if number < 0:
+            raise ConfigError(f"{key}: must not be negative, got {number}", key=key)
+        return number
+    if isinstance(current, tuple):
+        items = value if isinstance(value, list | tuple) else str(value).split(",")
+        return tuple(str(v).strip() for v in items if str(v).strip())
+    if isinstance(current, Mapping):
+        if isinstance(value, Mapping):
+            return {str(k): str(v) for k, v in value.items()}
+        pairs = [p.partition(":") for p in str(value).split(",") if p]
+        return {u: pw for u, _, pw in pairs}
+    if value is None or isinstance(value, str):
+        return value
+    if current is None:
+        return str(value)
+    raise ConfigError(f"{key}: unexpected value {value!r}", key=key)
+
+
+def _apply(section: Any, prefix: str, values: Mapping[str, Any]) -> Any:
+    known = {f.name: f for f in fields(section)}
+    changes: dict[str, Any] = {}
+    for name, value in values.items():
+        key = f"{prefix}.{name}" if prefix else name
+        if name not in known:
+            raise ConfigError(f"unknown setting {key!r}", key=key)
+        current = getattr(section, name)
+        if hasattr(current, "__dataclass_fields__") and not isinstance(current, HostPort):
+            if not isinstance(value, Mapping):
+                raise ConfigError(f"{key}: expected a table", key=key)
+            changes[name] = _apply(current, key, value)
+        else:
+            changes[name] = _coerce(key, current, value)
+    return replace(section, **changes)
+
+
+def _env_overrides(config: Config, environ: Mapping[str, str]) -> dict[str, Any]:
+    tree: dict[str, Any] = {}
+    for section in fields(config):
+        for item in fields(getattr(config, section.name)):
+            env = f"KEFU_{section.name}_{item.name}".upper()
+            if env in environ:
+                tree.setdefault(section.name, {})[item.name] = environ[env]
+    return tree
+
+
+def _validate(config: Config) -> Config:
+    if config.calls.media_mode not in MEDIA_MODES:
+        raise ConfigError(
+            f"calls.media_mode must be one of {', '.join(MEDIA_MODES)}, "
+            f"got {config.calls.media_mode!r}",
+            key="calls.media_mode",
+        )
+    if config.calls.max_concurrent < 1:
+        raise ConfigError("calls.max_concurrent must be at least 1", key="calls.max_concurrent")
+    for net in config.sip.allow_from:
+        try:
+            ipaddress.ip_network(net, strict=False)
+        except ValueError:
+            raise ConfigError(
+                f"sip.allow_from: not a network: {net!r}", key="sip.allow_from"
+            ) from None
+    if config.sip.auth_algorithm not in ("MD5", "SHA-256"):
+        raise ConfigError("sip.auth_algorithm must be MD5 or SHA-256", key="sip.auth_algorithm")
+    if config.log.level.lower() not in ("debug", "info", "warning", "error"):
+        raise ConfigError(f"log.level: unknown level {config.log.level!r}", key="log.level")
+    if config.calls.prompt_wav and not Path(config.calls.prompt_wav).is_file():
+        raise ConfigError(
+            f"calls.prompt_wav: no such file {config.calls.prompt_wav!r}", key="calls.prompt_wav"
+        )
+    return config
+
+
+def load_config(
+    path: str | Path | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Config:
+    """Defaults, then the TOML file, then ``KEFU_*`` variables, then command-line overrides."""
+    config = Config()
+    if path is not None:
+        try:
+            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc}", key="--config") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: invalid TOML: {exc}", key="--config") from exc
+        config = _apply(config, "", data)
+    config = _apply(config, "", _env_overrides(config, os.environ if environ is None else environ))
+    if overrides:
+        config = _apply(config, "", overrides)
+    return _validate(config)

@@ -1,0 +1,425 @@
+"""The kefu server: SIP trunk + RTP media + HTTP, wired together.
+
+The SIP user agent is sans-IO; this module reacts to its events (new call, ACK, BYE, CANCEL,
+re-INVITE, DTMF, REFER progress) and drives the media side. Everything a call owns (RTP
+ports, tasks, tracks) is released in :meth:`KefuServer._end_call`, whatever ended the call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import signal
+import time
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from kefu.codecs.info import codec_info
+from kefu.errors import ResourceExhausted, SdpError
+from kefu.mediaserver.bus import EventBus
+from kefu.mediaserver.call import Call
+from kefu.mediaserver.call_state import CallInput, CallState
+from kefu.mediaserver.config import Config
+from kefu.mediaserver.events import DtmfReceived, TransferProgress
+from kefu.mediaserver.logs import configure_logging
+from kefu.mediaserver.media import PcmTrack, PromptThenEcho, chime, load_wav
+from kefu.mediaserver.metrics import Metrics
+from kefu.rtp.aio import RtpEndpoint
+from kefu.rtp.ports import PortAllocator
+from kefu.signaling.http import build_app
+from kefu.sip import ua as sipua
+from kefu.sip import ua_events as sipev
+from kefu.sip.aio import SipTransport
+from kefu.sip.offer_answer import answer_offer, warning_for
+from kefu.sip.sdp import SessionDescription
+
+log = structlog.get_logger("kefu.server")
+
+
+class KefuServer:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.metrics = Metrics()
+        self.bus = EventBus()
+        self.ports = PortAllocator(*config.rtp.ports)
+        self.ua = sipua.UserAgent(sipua.UaSettings.from_config(config))
+        self.sip = SipTransport(self.ua, self._pump)
+        self.calls: dict[str, Call] = {}
+        self.draining = False
+        self._pumping = False
+        self._http: web.AppRunner | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self.sip_address: tuple[str, int] | None = None
+        self.http_address: tuple[str, int] | None = None
+        self._prompt = None
+        if config.calls.media_mode == "prompt" and config.calls.prompt_wav:
+            self._prompt = load_wav(config.calls.prompt_wav)
+
+    @property
+    def media_host(self) -> str:
+        return self.config.sip.public_address or self.config.sip.listen.host
+
+    # --- life cycle --------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        listen = self.config.sip.listen
+        self.sip_address = await self.sip.start(listen.host, listen.port)
+        self.ua.set_local_address(*self.sip_address)
+        app = build_app(self)
+        self._http = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._http.setup()
+        site = web.TCPSite(self._http, self.config.http.listen.host, self.config.http.listen.port)
+        await site.start()
+        host, port = self._http.addresses[0][:2]
+        self.http_address = (host, port)
+        self._spawn(self.metrics.watch_loop_lag(), "loop-lag")
+        if self.config.calls.media_mode == "ai":
+            log.warning("media_mode_ai_unavailable", fallback="echo")
+        log.info(
+            "kefu_started",
+            sip=f"{self.sip_address[0]}:{self.sip_address[1]}",
+            http=f"{host}:{port}",
+            media_mode=self.config.calls.media_mode,
+            rtp_ports="{}-{}".format(*self.config.rtp.ports),
+        )
+
+    async def drain(self, grace: float | None = None) -> None:
+        """Refuse new calls (503) and wait for calls in progress, then hang up the rest."""
+        self.draining = True
+        self.ua.draining = True
+        log.info("draining", active_calls=len(self.calls))
+        grace = self.config.calls.drain_timeout if grace is None else grace
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), grace)
+        for call in list(self.calls.values()):
+            self._hangup(call, "drain timeout")
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), 2.0)
+
+    async def stop(self) -> None:
+        for call in list(self.calls.values()):
+            await self._end_call(call, "shutdown", CallInput.HANGUP)
+        await self.sip.close()
+        if self._http:
+            await self._http.cleanup()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        log.info("kefu_stopped")
+
+    def _spawn(self, coro: Any, name: str) -> asyncio.Task[Any]:
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    # --- the HTTP control surface (kefu.signaling.http.Control) --------------------------------
+
+    def ready(self) -> tuple[bool, dict[str, Any]]:
+        detail: dict[str, Any] = {
+            "draining": self.draining,
+            "active_calls": len(self.calls),
+            "max_calls": self.config.calls.max_concurrent,
+            "rtp_ports_free": self.ports.capacity - self.ports.in_use,
+            "media_mode": self.config.calls.media_mode,
+        }
+        if self.config.calls.media_mode == "ai":
+            detail["ai"] = "unavailable: the AI bridge is not built yet; calls get echo"
+        ok = not self.draining and self.sip_address is not None
+        return ok, detail
+
+    def metrics_text(self) -> bytes:
+        return self.metrics.render()
+
+    def list_calls(self) -> list[dict[str, Any]]:
+        return [call.summary() for call in self.calls.values()]
+
+    def _by_id(self, call_id: str) -> Call:
+        for call in self.calls.values():
+            if call.id == call_id:
+                return call
+        raise KeyError(call_id)
+
+    def transfer(self, call_id: str, target: str | None) -> None:
+        self._transfer(self._by_id(call_id), target)
+
+    def hangup(self, call_id: str) -> None:
+        self._hangup(self._by_id(call_id), "api")
+
+    # --- SIP events --------------------------------------------------------------------------
+
+    def _pump(self) -> None:
+        """Handle every event the user agent queued; re-entrant calls are folded in."""
+        if self._pumping:
+            return
+        self._pumping = True
+        try:
+            while (event := self.ua.next_event()) is not None:
+                try:
+                    self._on_sip_event(event)
+                except Exception:  # one bad call must not take down the others
+                    log.exception("sip_event_failed", sip_event=type(event).__name__)
+            self.sip.send_pending()
+        finally:
+            self._pumping = False
+
+    def _on_sip_event(self, event: sipev.UaEvent) -> None:
+        match event:
+            case sipev.RequestSeen(method=method):
+                self.metrics.sip_requests.labels(method).inc()
+            case sipev.ResponseSent(status=status):
+                self.metrics.sip_responses_sent.labels(str(status)).inc()
+            case sipev.Dropped(reason=reason):
+                self.metrics.sip_dropped.labels(reason).inc()
+            case sipev.IncomingCall():
+                self._incoming(event)
+            case sipev.CallConfirmed(leg=leg):
+                if call := self.calls.get(leg):
+                    call.log.info("ack_received")
+            case sipev.CallCancelled(leg=leg):
+                if call := self.calls.get(leg):
+                    self._spawn(self._end_call(call, "cancelled", CallInput.HANGUP), "end")
+            case sipev.CallEnded(leg=leg, reason=reason):
+                if call := self.calls.get(leg):
+                    self._spawn(self._end_call(call, reason, CallInput.HANGUP), "end")
+            case sipev.ReInvite(leg=leg, offer=offer):
+                if call := self.calls.get(leg):
+                    self._reinvite(call, offer)
+            case sipev.InfoDtmf(leg=leg, digit=digit):
+                if call := self.calls.get(leg):
+                    self._dtmf(call, digit, "info")
+            case sipev.ReferStatus(leg=leg, status=status, final=final):
+                if call := self.calls.get(leg):
+                    self._refer_status(call, status, final)
+
+    def _incoming(self, event: sipev.IncomingCall) -> None:
+        limits = self.config.calls
+        if self.draining or len(self.calls) >= limits.max_concurrent:
+            reason = "draining" if self.draining else "full"
+            self.ua.reject(event.leg, 503, headers=(("Retry-After", str(limits.retry_after)),))
+            self.metrics.calls_total.labels(f"rejected_{reason}").inc()
+            log.info("call_rejected", reason=reason, source=event.source)
+            return
+        call = Call(event.leg, self.bus, event.source)
+        call.received_monotonic = event.received_at
+        self.calls[event.leg] = call
+        self._idle.clear()
+        self.metrics.active_calls.set(len(self.calls))
+        call.log.info("call_incoming", source=event.source, sip_call_id=event.sip_call_id)
+        call.spawn(self._answer(call, event.offer), "answer")
+
+    async def _answer(self, call: Call, offer_bytes: bytes | None) -> None:
+        if offer_bytes is None:
+            # Delayed offer (RFC 3261 §13.2.1 offer in the 200 OK): not supported yet.
+            self._reject(call, 488, "Offer required", warning='399 kefu "no SDP offer"')
+            return
+        try:
+            offer = SessionDescription.parse(offer_bytes)
+        except SdpError as exc:
+            self._reject(call, 400, "Bad SDP", warning=f'399 kefu "{str(exc)[:100]}"')
+            return
+        try:
+            endpoint = await RtpEndpoint.open(self.media_host, self.ports, log=call.log)
+        except (ResourceExhausted, OSError) as exc:
+            call.log.warning("no_rtp_port", error=str(exc))
+            self._reject(call, 503, None, headers=(("Retry-After", "5"),))
+            return
+        call.endpoint = endpoint
+        try:
+            negotiated = answer_offer(
+                offer,
+                local_address=self.media_host,
+                local_port=endpoint.local_port,
+                preferences=self.config.rtp.codecs,
+                honour_offer_order=self.config.rtp.honour_offer_order,
+                session_id=secrets.randbits(48),
+                session_version=1,
+            )
+        except SdpError as exc:
+            self._reject(call, 488, None, warning=warning_for(exc))
+            return
+        if call.state is not CallState.RINGING or call.leg not in self.calls:
+            return  # cancelled while we bound ports
+        call.negotiated = negotiated
+        self._start_media(call)
+        self.ua.answer(call.leg, bytes(negotiated.answer), time.monotonic())
+        self.metrics.invite_to_answer.observe(time.monotonic() - call.received_monotonic)
+        call.apply(CallInput.ANSWER, "answered")
+        call.spawn(self._watch_dtmf(call), "dtmf")
+        if self.config.calls.max_call_seconds > 0:
+            call.spawn(self._limit_duration(call), "limit")
+        self.sip.flush()
+
+    def _reject(
+        self,
+        call: Call,
+        status: int,
+        reason: str | None,
+        *,
+        warning: str | None = None,
+        headers: tuple[tuple[str, str], ...] = (),
+    ) -> None:
+        if warning:
+            headers = (*headers, ("Warning", warning))
+        call.log.info("call_rejected", status=status, warning=warning)
+        self.ua.reject(call.leg, status, reason, headers=headers)
+        self.metrics.calls_total.labels(f"rejected_{status}").inc()
+        self._spawn(self._end_call(call, f"rejected {status}", CallInput.HANGUP, counted=True), "e")
+        self.sip.flush()
+
+    def _start_media(self, call: Call) -> None:
+        n, ep = call.negotiated, call.endpoint
+        assert n is not None and ep is not None
+        ep.start(
+            (n.remote_address, n.remote_port),
+            codec_info(n.codec),
+            n.payload_type,
+            n.dtmf_payload_type,
+            n.ptime,
+            (n.remote_address, n.remote_rtcp_port),
+            direction=n.direction,
+        )
+        mode = self.config.calls.media_mode
+        if mode == "prompt":
+            pcm = self._prompt if self._prompt is not None else chime()
+            ep.play(PromptThenEcho(PcmTrack(pcm), ep.inbound))
+        else:
+            ep.play(ep.inbound)
+
+    def _reinvite(self, call: Call, offer_bytes: bytes | None) -> None:
+        ep, previous = call.endpoint, call.negotiated
+        if ep is None or previous is None:
+            self.ua.reject_reinvite(call.leg, 491)
+            return
+        if offer_bytes is None:
+            # An offerless re-INVITE asks for our current description (RFC 3264 §8).
+            self.ua.answer_reinvite(call.leg, bytes(previous.local_sdp), time.monotonic())
+            return
+        try:
+            offer = SessionDescription.parse(offer_bytes)
+            negotiated = answer_offer(
+                offer,
+                local_address=self.media_host,
+                local_port=ep.local_port,
+                preferences=self.config.rtp.codecs,
+                honour_offer_order=self.config.rtp.honour_offer_order,
+                previous=previous,
+            )
+        except SdpError as exc:
+            self.ua.reject_reinvite(call.leg, 488, headers=(("Warning", warning_for(exc)),))
+            return
+        call.negotiated = negotiated
+        ep.update(
+            remote=(negotiated.remote_address, negotiated.remote_port),
+            remote_rtcp=(negotiated.remote_address, negotiated.remote_rtcp_port),
+            codec=codec_info(negotiated.codec),
+            payload_type=negotiated.payload_type,
+            dtmf_payload_type=negotiated.dtmf_payload_type,
+            direction=negotiated.direction,
+        )
+        call.log.info("reinvite", codec=negotiated.codec, direction=negotiated.direction)
+        self.ua.answer_reinvite(call.leg, bytes(negotiated.answer), time.monotonic())
+
+    async def _watch_dtmf(self, call: Call) -> None:
+        assert call.endpoint is not None
+        while True:
+            event = await call.endpoint.dtmf.get()
+            self._dtmf(call, event.digit, "rfc4733")
+
+    def _dtmf(self, call: Call, digit: str, source: str) -> None:
+        self.metrics.dtmf.labels(source).inc()
+        call.log.info("dtmf", digit=digit, source=source)
+        self.bus.publish(DtmfReceived(call.id, time.time(), digit, source))
+        if digit == self.config.sip.transfer_digit and self.config.sip.transfer_target:
+            if call.state in (CallState.AI_ACTIVE, CallState.HUMAN_ACTIVE):
+                self._transfer(call, None)
+
+    def _transfer(self, call: Call, target: str | None) -> None:
+        target = target or self.config.sip.transfer_target
+        if not target:
+            raise ValueError("no transfer target given or configured (sip.transfer_target)")
+        if call.state not in (CallState.AI_ACTIVE, CallState.HUMAN_ACTIVE):
+            raise ValueError(f"call is {call.state.value}")
+        call.transfer_target = target
+        call.apply(CallInput.TRANSFER, f"REFER to {target}")
+        self.ua.refer(call.leg, target, time.monotonic())
+        self.sip.flush()
+
+    def _refer_status(self, call: Call, status: int, final: bool) -> None:
+        target = call.transfer_target or ""
+        self.bus.publish(TransferProgress(call.id, time.time(), target, status))
+        call.log.info("transfer_progress", status=status, final=final)
+        if not final or call.state is not CallState.TRANSFERRING:
+            return
+        if 200 <= status < 300:
+            self._spawn(self._end_call(call, "transferred", CallInput.TRANSFER_DONE), "end")
+            self.ua.hangup(call.leg, time.monotonic())
+        else:
+            call.apply(CallInput.TRANSFER_FAILED_AI, f"transfer failed: {status}")
+
+    async def _limit_duration(self, call: Call) -> None:
+        await asyncio.sleep(self.config.calls.max_call_seconds)
+        self._hangup(call, "max_call_seconds")
+
+    def _hangup(self, call: Call, reason: str) -> None:
+        self.ua.hangup(call.leg, time.monotonic())
+        self._spawn(self._end_call(call, reason, CallInput.HANGUP), "end")
+        self.sip.flush()
+
+    async def _end_call(
+        self, call: Call, reason: str, event: CallInput, *, counted: bool = False
+    ) -> None:
+        if self.calls.get(call.leg) is not call:
+            return
+        del self.calls[call.leg]
+        if call.state is not CallState.ENDED:
+            call.apply(event, reason)
+        call.end_reason = reason
+        current = asyncio.current_task()
+        for task in list(call.tasks):
+            if task is not current:
+                task.cancel()
+        ep = call.endpoint
+        if ep is not None:
+            stats = ep.stats
+            self.metrics.rtp_packets.labels("in").inc(stats.packets_received)
+            self.metrics.rtp_packets.labels("out").inc(stats.packets_sent)
+            self.metrics.rtp_dropped.labels("unlatched").inc(stats.dropped_unlatched)
+            self.metrics.rtp_dropped.labels("malformed").inc(stats.dropped_malformed)
+            self.metrics.rtp_lost.inc(max(0, stats.packets_lost))
+            if stats.packets_received:
+                self.metrics.rtp_jitter.observe(stats.jitter_ms / 1000)
+            await ep.close()
+        if not counted:
+            result = "completed" if call.answered else reason.split()[0]
+            self.metrics.calls_total.labels(result).inc()
+        self.metrics.active_calls.set(len(self.calls))
+        call.log.info("call_ended", reason=reason)
+        if not self.calls:
+            self._idle.set()
+
+
+async def run_server(config: Config) -> int:
+    configure_logging(config.log.level, json=config.log.json)
+    server = KefuServer(config)
+    await server.start()
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("signal_received", action="drain")
+    drain = asyncio.create_task(server.drain())
+    stop.clear()
+    # A second signal skips the drain.
+    second = asyncio.create_task(stop.wait())
+    await asyncio.wait({drain, second}, return_when=asyncio.FIRST_COMPLETED)
+    drain.cancel()
+    second.cancel()
+    await server.stop()
+    return 0

@@ -1,0 +1,350 @@
+"""RtpEndpoint: the only I/O in kefu/rtp — UDP sockets around a sans-IO RtpSession.
+
+API CONTRACT:
+
+    ep = await RtpEndpoint.open(host, ports, *, loop=None, latching="symmetric",
+                                relatch_after=2.0, log=None)
+    ep.local_port -> int                      (RTCP on local_port + 1 unless rtcp-mux)
+    ep.start(remote, codec, payload_type, dtmf_payload_type, ptime_ms=20, remote_rtcp=None,
+             *, rtcp_mux=False, direction="sendrecv")
+    ep.update(*, remote=..., remote_rtcp=..., codec=..., payload_type=...,
+              dtmf_payload_type=..., direction=...)   # re-INVITE: hold/unhold, codec change
+    ep.inbound -> RtpInboundTrack             the caller's audio (kind "audio")
+    ep.play(track | None)                     what we send; replaces the previous source
+    ep.send_dtmf(digit)
+    ep.dtmf -> asyncio.Queue[DtmfReceived]    bounded (32); ep.dtmf_dropped counts overflow
+    ep.stats -> RtpStats; ep.on_stats: Callable[[RtpStats], None] | None (each RTCP report)
+    await ep.close()                          BYE, cancel tasks, end inbound, free ports
+
+``direction`` is ours as written in our SDP (RFC 3264 §5.1): "recvonly" and "inactive" stop
+sending (the played source is still drained so it stays in real time); RTCP continues.
+Both sockets accept RTP and RTCP (demuxed per RFC 5761), so rtcp-mux needs no rebinding.
+Datagrams that arrive before start() are dropped: with no negotiated codec nothing can be
+made of them (counted in ``dropped_before_start``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any, Literal
+
+import structlog
+from aiortc.mediastreams import MediaStreamTrack
+
+from kefu.codecs.registry import CodecInfo
+from kefu.errors import RemoteError
+from kefu.rtp.ports import PortAllocator, bind_pair
+from kefu.rtp.session import (
+    Address,
+    AudioPacket,
+    DtmfReceived,
+    Latching,
+    RtpSession,
+    RtpStats,
+    SourceLatched,
+)
+from kefu.rtp.track import RtpInboundTrack, RtpSender
+
+Direction = Literal["sendrecv", "sendonly", "recvonly", "inactive"]
+_SENDING: frozenset[str] = frozenset({"sendrecv", "sendonly"})
+DTMF_QUEUE_SIZE = 32
+
+
+class _Unset:
+    """Marks an update() argument the caller did not pass (None is a meaningful value)."""
+
+
+_UNSET: Any = _Unset()
+
+
+class _Socket(asyncio.DatagramProtocol):
+    def __init__(self) -> None:
+        self.on_datagram: Callable[[bytes, Address], None] | None = None
+        self.errors = 0
+
+    def datagram_received(self, data: bytes, addr: tuple[Any, ...]) -> None:
+        if self.on_datagram is not None:
+            self.on_datagram(data, (addr[0], addr[1]))
+
+    def error_received(self, exc: Exception) -> None:
+        # ICMP port unreachable from a peer that went away: nothing to do but count.
+        self.errors += 1
+
+
+class RtpEndpoint:
+    """One call leg's RTP/RTCP sockets, session, inbound track and sender."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        ports: PortAllocator,
+        port: int,
+        rtp: asyncio.DatagramTransport,
+        rtcp: asyncio.DatagramTransport,
+        *,
+        latching: Latching,
+        relatch_after: float,
+        log: Any,
+    ) -> None:
+        self._loop = loop
+        self._ports = ports
+        self.local_port = port
+        self._rtp = rtp
+        self._rtcp = rtcp
+        self._latching = latching
+        self._relatch_after = relatch_after
+        self._log = log
+        self.inbound = RtpInboundTrack(loop)
+        self.dtmf: asyncio.Queue[DtmfReceived] = asyncio.Queue(maxsize=DTMF_QUEUE_SIZE)
+        self.dtmf_dropped = 0
+        self.dropped_before_start = 0
+        self.on_stats: Callable[[RtpStats], None] | None = None
+        self._session: RtpSession | None = None
+        self._sender: RtpSender | None = None
+        self._source: MediaStreamTrack | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._closed = False
+
+    @classmethod
+    async def open(
+        cls,
+        host: str,
+        ports: PortAllocator,
+        *,
+        loop: asyncio.AbstractEventLoop | None = None,
+        latching: Latching = "symmetric",
+        relatch_after: float = 2.0,
+        log: Any = None,
+    ) -> RtpEndpoint:
+        """Bind an RTP/RTCP port pair on host; raises ResourceExhausted when none is free."""
+        loop = loop or asyncio.get_running_loop()
+        pair = await bind_pair(loop, host, ports, _Socket, _Socket)
+        ep = cls(
+            loop,
+            ports,
+            pair.port,
+            pair.rtp,
+            pair.rtcp,
+            latching=latching,
+            relatch_after=relatch_after,
+            log=(log or structlog.get_logger("kefu.rtp")).bind(rtp_port=pair.port),
+        )
+        for protocol in (pair.rtp_protocol, pair.rtcp_protocol):
+            assert isinstance(protocol, _Socket)
+            protocol.on_datagram = ep._on_datagram
+        return ep
+
+    # --- negotiation ---------------------------------------------------------------------
+
+    def start(
+        self,
+        remote: Address,
+        codec: CodecInfo,
+        payload_type: int,
+        dtmf_payload_type: int | None,
+        ptime_ms: int = 20,
+        remote_rtcp: Address | None = None,
+        *,
+        rtcp_mux: bool = False,
+        direction: Direction = "sendrecv",
+    ) -> None:
+        """Begin media once SDP is agreed (one call per endpoint; then use update())."""
+        if self._closed:
+            raise RuntimeError("RtpEndpoint is closed")
+        if self._session is not None:
+            raise RuntimeError("RtpEndpoint already started; use update()")
+        self._ptime_ms = ptime_ms
+        self._session = RtpSession(
+            payload_type=payload_type,
+            clock_rate=codec.clock_rate,
+            dtmf_payload_type=dtmf_payload_type,
+            remote=remote,
+            remote_rtcp=remote_rtcp,
+            rtcp_mux=rtcp_mux,
+            latching=self._latching,
+            relatch_after=self._relatch_after,
+            ptime_ms=ptime_ms,
+        )
+        self.inbound.configure(codec, ptime_ms)
+        self._sender = RtpSender(self._session, self._send_rtp, self._loop)
+        self._sender.configure(codec, ptime_ms)
+        self._sender.sending = direction in _SENDING
+        self._sender.set_source(self._source)
+        self._sender.start()
+        self._log.info("rtp_started", remote=remote, codec=codec.name, pt=payload_type)
+
+    def update(
+        self,
+        *,
+        remote: Address | None = _UNSET,
+        remote_rtcp: Address | None = _UNSET,
+        codec: CodecInfo | None = None,
+        payload_type: int | None = None,
+        dtmf_payload_type: int | None = _UNSET,
+        direction: Direction | None = None,
+    ) -> None:
+        """Apply a re-INVITE: new address (unlatches), codec change, or hold/unhold."""
+        session, sender = self._session, self._sender
+        if session is None or sender is None:
+            raise RuntimeError("RtpEndpoint.update() before start()")
+        if remote is not _UNSET or remote_rtcp is not _UNSET:
+            new_remote = session.sdp_address if remote is _UNSET else remote
+            new_rtcp = None if remote_rtcp is _UNSET else remote_rtcp
+            session.set_remote(new_remote, new_rtcp)
+        if codec is not None or payload_type is not None or dtmf_payload_type is not _UNSET:
+            current = self.inbound.codec
+            new_codec = codec or current
+            assert new_codec is not None
+            session.set_codec(
+                payload_type if payload_type is not None else session.payload_type,
+                new_codec.clock_rate,
+                session.dtmf_payload_type if dtmf_payload_type is _UNSET else dtmf_payload_type,
+            )
+            if codec is not None and codec != current:
+                self.inbound.configure(codec, self._ptime_ms)
+                sender.configure(codec, self._ptime_ms)
+        if direction is not None:
+            sender.sending = direction in _SENDING
+        self._log.info("rtp_updated", remote=session.remote_address, direction=direction)
+
+    # --- media ---------------------------------------------------------------------------
+
+    def play(self, track: MediaStreamTrack | None) -> None:
+        """Send this track's audio (any format; converted); None sends nothing."""
+        self._source = track
+        if self._sender is not None:
+            self._sender.set_source(track)
+
+    def send_dtmf(self, digit: str) -> None:
+        """Queue an RFC 4733 digit; it replaces audio for its ~200 ms on the wire."""
+        if self._sender is None:
+            raise RuntimeError("RtpEndpoint.send_dtmf() before start()")
+        self._sender.queue_dtmf(digit)
+
+    @property
+    def sender(self) -> RtpSender | None:
+        return self._sender
+
+    @property
+    def stats(self) -> RtpStats:
+        if self._session is None:
+            return _EMPTY_STATS
+        return self._session.stats
+
+    # --- receive path --------------------------------------------------------------------
+
+    def _on_datagram(self, data: bytes, addr: Address) -> None:
+        session = self._session
+        if session is None or self._closed:
+            self.dropped_before_start += 1
+            return
+        try:
+            events = session.receive_datagram(data, addr, self._loop.time())
+        except RemoteError:
+            # The session counts peer faults itself; this guards codec-level surprises.
+            return
+        for event in events:
+            if isinstance(event, AudioPacket):
+                self.inbound.push(event)
+            elif isinstance(event, DtmfReceived):
+                self._queue_dtmf(event)
+            elif isinstance(event, SourceLatched):
+                self._log.info("rtp_latched", source=event.address, relatched=event.relatched)
+        if self._timer is None:
+            self._arm_rtcp()
+
+    def _queue_dtmf(self, event: DtmfReceived) -> None:
+        if self.dtmf.full():
+            # Drop the oldest: a listener that fell behind wants the latest digits.
+            self.dtmf.get_nowait()
+            self.dtmf_dropped += 1
+        self.dtmf.put_nowait(event)
+
+    # --- send path -----------------------------------------------------------------------
+
+    def _send_rtp(self, data: bytes) -> None:
+        session = self._session
+        if session is None or self._closed:
+            return
+        remote = session.remote_address
+        if remote is not None:
+            self._rtp.sendto(data, remote)
+        if self._timer is None:
+            self._arm_rtcp()
+
+    def _send_rtcp(self, data: bytes) -> None:
+        session = self._session
+        if session is None:
+            return
+        remote = session.rtcp_address
+        if remote is None:
+            return
+        transport = self._rtp if session.rtcp_mux else self._rtcp
+        transport.sendto(data, remote)
+
+    def _arm_rtcp(self) -> None:
+        session = self._session
+        if session is None or self._closed:
+            return
+        when = session.get_timer()
+        if when is not None:
+            self._timer = self._loop.call_at(when, self._on_rtcp_timer)
+
+    def _on_rtcp_timer(self) -> None:
+        self._timer = None
+        session = self._session
+        if session is None or self._closed:
+            return
+        session.handle_timer(self._loop.time())
+        for data in session.rtcp_to_send():
+            self._send_rtcp(data)
+        if self.on_stats is not None:
+            try:
+                self.on_stats(session.stats)
+            except Exception:
+                self._log.exception("rtp_on_stats_failed")
+        self._arm_rtcp()
+
+    # --- teardown ------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Send BYE, stop the sender, end the inbound track and free the port pair."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        session = self._session
+        if session is not None:
+            self._send_rtcp(session.bye(self._loop.time()))
+        if self._sender is not None:
+            await self._sender.stop()
+        self.inbound.stop()
+        self._rtp.close()
+        self._rtcp.close()
+        self._ports.release(self.local_port)
+        self._log.info("rtp_closed", stats=str(self.stats))
+
+
+_EMPTY_STATS = RtpStats(
+    packets_received=0,
+    packets_sent=0,
+    bytes_received=0,
+    bytes_sent=0,
+    packets_lost=0,
+    fraction_lost=0.0,
+    jitter_ms=0.0,
+    dropped_unlatched=0,
+    dropped_malformed=0,
+    dropped_unknown_payload=0,
+    dropped_out_of_sequence=0,
+    latched_address=None,
+    remote_ssrc=None,
+    remote_fraction_lost=None,
+    remote_packets_lost=None,
+    remote_jitter_ms=None,
+    rtt_ms=None,
+    dtmf_received=0,
+)

@@ -1,0 +1,119 @@
+"""What the sans-IO user agent tells the application (frozen values, no behaviour)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kefu.sip.message import Request
+
+
+@dataclass(frozen=True, slots=True)
+class Peer:
+    """Where a message came from and where its answer goes (RFC 3261 §18.2.2)."""
+
+    transport: str
+    """``udp`` or ``tcp``."""
+    host: str
+    """Source IP address of the packet or connection."""
+    port: int
+    """Source port."""
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.transport}:{host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class IncomingCall:
+    """A new INVITE passed every check; answer with ``answer()`` or ``reject()``."""
+
+    leg: str
+    invite: Request
+    offer: bytes | None
+    """The SDP offer, or None for a delayed-offer INVITE (RFC 3261 §13.2.1)."""
+    source: str
+    sip_call_id: str
+    received_at: float
+    """The ``now`` at which the INVITE arrived."""
+
+
+@dataclass(frozen=True, slots=True)
+class CallConfirmed:
+    """The ACK for our 2xx arrived (RFC 3261 §13.3.1.4)."""
+
+    leg: str
+
+
+@dataclass(frozen=True, slots=True)
+class CallCancelled:
+    """The caller sent CANCEL before we answered; 487 already went out (RFC 3261 §9.2)."""
+
+    leg: str
+
+
+@dataclass(frozen=True, slots=True)
+class CallEnded:
+    """The dialog is over: BYE from the peer, no ACK, session expiry, transport failure."""
+
+    leg: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReInvite:
+    """A target-refresh re-INVITE; answer with ``answer_reinvite()`` or ``reject_reinvite()``."""
+
+    leg: str
+    offer: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class InfoDtmf:
+    """A digit sent in SIP INFO (application/dtmf-relay or application/dtmf)."""
+
+    leg: str
+    digit: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReferStatus:
+    """Progress of a REFER we sent: the REFER's response or a NOTIFY's sipfrag status."""
+
+    leg: str
+    status: int
+    final: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSeen:
+    """Every request that parsed, for metrics."""
+
+    method: str
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseSent:
+    """Every final or provisional response we sent, for metrics."""
+
+    status: int
+
+
+@dataclass(frozen=True, slots=True)
+class Dropped:
+    """A datagram we dropped without answering, and why."""
+
+    reason: str
+
+
+UaEvent = (
+    IncomingCall
+    | CallConfirmed
+    | CallCancelled
+    | CallEnded
+    | ReInvite
+    | InfoDtmf
+    | ReferStatus
+    | RequestSeen
+    | ResponseSent
+    | Dropped
+)

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Creates .venv with kefu and (with --test) its test tools; installs the Debian peers the tests use.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+with_test=0
+[ "${1:-}" = "--test" ] && with_test=1
+
+if [ "$with_test" = 1 ]; then
+  missing=()
+  command -v sipp >/dev/null || missing+=(sip-tester)
+  command -v baresip >/dev/null || missing+=(baresip)
+  command -v tshark >/dev/null || missing+=(tshark)
+  command -v ip >/dev/null || missing+=(iproute2)
+  command -v unshare >/dev/null || missing+=(util-linux)
+  if [ ${#missing[@]} -gt 0 ]; then
+    sudo=""
+    [ "$(id -u)" = 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  fi
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null
+if [ "$with_test" = 1 ]; then
+  .venv/bin/python -m pip install -q -e '.[test]'
+else
+  .venv/bin/python -m pip install -q -e .
+fi

@@ -1,0 +1,53 @@
+import pytest
+
+from kefu.errors import ConfigError
+from kefu.mediaserver.config import load_config
+
+
+def test_defaults_are_valid():
+    config = load_config(environ={})
+    assert config.calls.media_mode == "echo"
+    assert config.sip.listen.port == 5060
+
+
+def test_toml_then_env_then_overrides(tmp_path):
+    path = tmp_path / "kefu.toml"
+    path.write_text('[sip]\nlisten = "127.0.0.1:5070"\n[calls]\nmax_concurrent = 7\n')
+    config = load_config(
+        path,
+        environ={"KEFU_CALLS_MAX_CONCURRENT": "9", "KEFU_RTP_PORTS": "30000-30010"},
+        overrides={"calls": {"media_mode": "prompt"}},
+    )
+    assert config.sip.listen.port == 5070
+    assert config.calls.max_concurrent == 9
+    assert config.rtp.ports == (30000, 30010)
+    assert config.calls.media_mode == "prompt"
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ('[sip]\nlisten = "nowhere"\n', "sip.listen"),
+        ('[sip]\nlisten = "127.0.0.1:99999"\n', "sip.listen"),
+        ("[calls]\nmax_concurrent = -1\n", "calls.max_concurrent"),
+        ('[calls]\nmedia_mode = "video"\n', "calls.media_mode"),
+        ('[rtp]\nports = "5-4"\n', "rtp.ports"),
+        ("[sip]\nbogus = 1\n", "sip.bogus"),
+        ('[sip]\nallow_from = ["10.0.0.0/33"]\n', "sip.allow_from"),
+        ("[nosuch]\nx = 1\n", "nosuch"),
+        ("[sip\n", "--config"),
+    ],
+)
+def test_bad_values_name_the_key(tmp_path, text, key):
+    path = tmp_path / "kefu.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path, environ={})
+    assert info.value.key == key
+    assert key.split(".")[-1] in str(info.value) or key == "--config"
+
+
+def test_env_override_is_validated():
+    with pytest.raises(ConfigError) as info:
+        load_config(environ={"KEFU_HTTP_LISTEN": "1.2.3.4"})
+    assert info.value.key == "http.listen"
