@@ -27,8 +27,10 @@ Adaptation: the target delay is ``frame + max(3 * jitter, peak)`` clamped to
 [min_delay, max_delay], where jitter is RFC 3550 §6.4.1/A.8 interarrival jitter and peak is
 the largest recent delay above the fastest packet's, forgotten with a 5 s time constant.
 The RFC estimate is a mean deviation: alone it underestimates periodic delay spikes (Wi-Fi
-scans, bufferbloat bursts), and the buffer would underrun on every spike. The buffer *grows* by holding the playout point
-for one period (the consumer conceals a frame) and *shrinks* by discarding the oldest frame.
+scans, bufferbloat bursts), and the buffer would underrun on every spike.
+
+The buffer *grows* by holding the playout point for one period (the consumer conceals a
+frame) and *shrinks* by discarding the oldest frame.
 Without the decoded audio we cannot pick a quiet moment, so we choose "any moment" but at most
 one step every ``_ADAPT_INTERVAL`` frames, so that each step is a single, isolated 20 ms
 glitch; only when the level exceeds ``max_delay`` is it cut back in one go. The level
@@ -39,7 +41,9 @@ while a delay spike is in progress it dips by design, and growing then would be 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Literal
 
 from kefu.errors import InvalidTransition
@@ -48,14 +52,16 @@ __all__ = ["JitterBuffer", "JitterStats", "Playout"]
 
 State = Literal["idle", "playing", "buffering"]
 
-_TRANSITIONS: dict[tuple[State, str], State] = {
-    ("idle", "ready"): "playing",
-    ("playing", "underrun"): "buffering",
-    ("buffering", "ready"): "playing",
-    ("playing", "resync"): "buffering",
-    ("buffering", "resync"): "buffering",
-    ("idle", "resync"): "idle",
-}
+_TRANSITIONS: Mapping[tuple[State, str], State] = MappingProxyType(
+    {
+        ("idle", "ready"): "playing",
+        ("playing", "underrun"): "buffering",
+        ("buffering", "ready"): "playing",
+        ("playing", "resync"): "buffering",
+        ("buffering", "resync"): "buffering",
+        ("idle", "resync"): "idle",
+    }
+)
 
 _SEQ_MOD = 1 << 16
 _TS_MOD = 1 << 32
@@ -366,7 +372,8 @@ class JitterBuffer:
         # the level only moves in whole frames: round up, or a spike just over a frame
         # boundary would underrun every time
         whole = -(-int(wanted) // self._frame) * self._frame
-        return min(max(whole, self._min_ticks), self._max_ticks)
+        # never below one frame, even if max_delay is configured shorter than a frame
+        return max(min(max(whole, self._min_ticks), self._max_ticks), self._frame)
 
     def _to(self, event: str) -> None:
         new = _TRANSITIONS.get((self._state, event))

@@ -55,6 +55,8 @@ class WaveformConcealer:
         self._history: NDArray[np.float64] = np.zeros(_HISTORY_MS * per_ms, np.float64)
         self._snapshot: NDArray[np.float64] = self._history
         self._pitch = self._max_lag
+        self._silent_from = self._step + round(self._step / _ATTENUATION_PER_STEP)
+        """Erasure offset from which the attenuation has reached silence (60 ms)."""
         self._erased = 0
         """Samples concealed so far in the current erasure; 0 when not in one."""
 
@@ -115,20 +117,35 @@ class WaveformConcealer:
         return int(lags[int(np.argmax(score))])
 
     def _synthesize(self, pos: NDArray[np.int64]) -> NDArray[np.float64]:
-        """Concealment signal at erasure offsets ``pos`` (samples since the erasure began)."""
+        """Concealment signal at erasure offsets ``pos`` (ascending samples since the erasure
+        began). Only the sources a call needs are built: this runs on every lost frame."""
+        first, last = int(pos[0]), int(pos[-1])
+        if first >= self._silent_from:
+            return np.zeros(len(pos), np.float64)
+        sources: dict[int, NDArray[np.float64]] = {}
+
+        def source(k: int) -> NDArray[np.float64]:
+            if k not in sources:
+                sources[k] = self._repeat(k, pos)
+            return sources[k]
+
         periods = np.minimum(pos // self._step + 1, _MAX_PERIODS)
-        sources = [self._repeat(k, pos) for k in range(1, _MAX_PERIODS + 1)]
-        out = np.choose(periods - 1, sources)
+        low, high = int(periods[0]), int(periods[-1])
+        if low == high:
+            out = source(low).copy()
+        else:
+            out = np.choose(periods - low, [source(k) for k in range(low, high + 1)])
         fade = max(self._pitch // 4, 1)
         for k in range(2, _MAX_PERIODS + 1):
             start = (k - 1) * self._step
+            if last < start or first >= start + fade:
+                continue
             inside = (pos >= start) & (pos < start + fade)
-            if inside.any():
-                ramp = (pos[inside] - start + 0.5) / fade
-                out[inside] = sources[k - 2][inside] * (1.0 - ramp) + sources[k - 1][inside] * ramp
-        gain = np.clip(1.0 - _ATTENUATION_PER_STEP * (pos - self._step) / self._step, 0.0, 1.0)
-        result: NDArray[np.float64] = out * gain
-        return result
+            ramp = (pos[inside] - start + 0.5) / fade
+            out[inside] = source(k - 1)[inside] * (1.0 - ramp) + source(k)[inside] * ramp
+        if last >= self._step:
+            out *= np.clip(1.0 - _ATTENUATION_PER_STEP * (pos - self._step) / self._step, 0.0, 1.0)
+        return out
 
     def _repeat(self, periods: int, pos: NDArray[np.int64]) -> NDArray[np.float64]:
         span = periods * self._pitch

@@ -3,7 +3,7 @@
 API CONTRACT:
 
     ep = await RtpEndpoint.open(host, ports, *, loop=None, latching="symmetric",
-                                relatch_after=2.0, log=None)
+                                relatch_after=2.0, rtcp_interval=5.0, log=None)
     ep.local_port -> int                      (RTCP on local_port + 1 unless rtcp-mux)
     ep.start(remote, codec, payload_type, dtmf_payload_type, ptime_ms=20, remote_rtcp=None,
              *, rtcp_mux=False, direction="sendrecv")
@@ -36,6 +36,7 @@ from kefu.codecs.registry import CodecInfo
 from kefu.errors import RemoteError
 from kefu.rtp.ports import PortAllocator, bind_pair
 from kefu.rtp.session import (
+    RTCP_INTERVAL,
     Address,
     AudioPacket,
     DtmfReceived,
@@ -85,6 +86,7 @@ class RtpEndpoint:
         *,
         latching: Latching,
         relatch_after: float,
+        rtcp_interval: float,
         log: Any,
     ) -> None:
         self._loop = loop
@@ -94,8 +96,9 @@ class RtpEndpoint:
         self._rtcp = rtcp
         self._latching = latching
         self._relatch_after = relatch_after
+        self._rtcp_interval = rtcp_interval
         self._log = log
-        self.inbound = RtpInboundTrack(loop)
+        self.inbound = RtpInboundTrack(loop.time)
         self.dtmf: asyncio.Queue[DtmfReceived] = asyncio.Queue(maxsize=DTMF_QUEUE_SIZE)
         self.dtmf_dropped = 0
         self.dropped_before_start = 0
@@ -115,6 +118,7 @@ class RtpEndpoint:
         loop: asyncio.AbstractEventLoop | None = None,
         latching: Latching = "symmetric",
         relatch_after: float = 2.0,
+        rtcp_interval: float = RTCP_INTERVAL,
         log: Any = None,
     ) -> RtpEndpoint:
         """Bind an RTP/RTCP port pair on host; raises ResourceExhausted when none is free."""
@@ -128,6 +132,7 @@ class RtpEndpoint:
             pair.rtcp,
             latching=latching,
             relatch_after=relatch_after,
+            rtcp_interval=rtcp_interval,
             log=(log or structlog.get_logger("kefu.rtp")).bind(rtp_port=pair.port),
         )
         for protocol in (pair.rtp_protocol, pair.rtcp_protocol):
@@ -165,9 +170,10 @@ class RtpEndpoint:
             latching=self._latching,
             relatch_after=self._relatch_after,
             ptime_ms=ptime_ms,
+            rtcp_interval=self._rtcp_interval,
         )
         self.inbound.configure(codec, ptime_ms)
-        self._sender = RtpSender(self._session, self._send_rtp, self._loop)
+        self._sender = RtpSender(self._session, self._send_rtp, self._loop.time)
         self._sender.configure(codec, ptime_ms)
         self._sender.sending = direction in _SENDING
         self._sender.set_source(self._source)

@@ -151,9 +151,7 @@ class RtpPacket:
             | len(self.csrc)
         )
         second = (0x80 if self.marker else 0) | self.payload_type
-        parts = [
-            _HEADER.pack(first, second, self.sequence_number, self.timestamp, self.ssrc)
-        ]
+        parts = [_HEADER.pack(first, second, self.sequence_number, self.timestamp, self.ssrc)]
         if self.csrc:
             parts.append(struct.pack(f"!{len(self.csrc)}I", *self.csrc))
         if self.extension is not None:

@@ -17,7 +17,7 @@ RtcpUnknown so a compound packet from a richer peer still parses.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from kefu.errors import RtpError
@@ -340,7 +340,7 @@ def _unwrap(data: bytes, expected_type: int) -> tuple[int, bytes]:
     return first & 0x1F, bytes(data[4:end])
 
 
-_PARSERS = {
+_PARSERS: dict[int, Callable[[bytes], RtcpPacket]] = {
     RTCP_SR: SenderReport.parse,
     RTCP_RR: ReceiverReport.parse,
     RTCP_SDES: Sdes.parse,

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from kefu.errors import SipParseError
 
 __all__ = [
+    "MAGIC_COOKIE",
     "CSeq",
     "NameAddr",
     "Params",
@@ -37,6 +38,7 @@ Params = tuple[tuple[str, str | None], ...]
 
 # RFC 3261 §25.1 token characters.
 _TOKEN_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-.!%*_+`'~")
+_TOKEN_RE = re.compile(r"[A-Za-z0-9\-.!%*_+`'~]+")
 _SCHEME_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:")
 _HOSTNAME_RE = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_.\-]*[A-Za-z0-9_.])?")
 _IPV6_REF_RE = re.compile(r"\[[0-9A-Fa-f:.]+\]")
@@ -49,7 +51,7 @@ MAGIC_COOKIE = "z9hG4bK"
 
 def is_token(text: str) -> bool:
     """True when ``text`` is a non-empty RFC 3261 token."""
-    return bool(text) and all(c in _TOKEN_CHARS for c in text)
+    return _TOKEN_RE.fullmatch(text) is not None
 
 
 def _is_digits(text: str) -> bool:

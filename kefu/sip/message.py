@@ -30,6 +30,17 @@ API CONTRACT (other modules code against this; keep it stable):
         Content-Length)
 
 Value objects (kefu/sip/headers.py): Via, NameAddr, CSeq, SipUri with parse()/__str__.
+
+Extensions beyond the contract (additive):
+    Request.uri is a SipUri (a str given to the constructor is parsed; unknown schemes are
+    kept opaque so validate can answer 416); a list of (name, value) pairs is accepted for
+    ``headers``. parse_message(data, max_size=65535) -> SipParseError(status=513) above it.
+    Headers.get_raw(name) (lines unsplit), .count(name), .prepend(name, value), .items().
+    msg.vias, msg.contacts, msg.content_type, msg.max_forwards; Response.is_provisional.
+    StreamFramer(max_size).take_pings() counts RFC 5626 double-CRLF pings; .buffered.
+    reason_phrase(status), canonical_name(name).
+Header values stay raw text until a property parses them; kefu/sip/validate.py says which
+problems the parser rejects and which the UAS checks.
 """
 
 from __future__ import annotations
@@ -39,12 +50,13 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar, cast
 
-from kefu.errors import SipParseError
+from kefu.errors import LocalError, SipParseError
 from kefu.sip.headers import CSeq, NameAddr, SipUri, Via, is_token, split_list
 
 __all__ = [
     "DEFAULT_MAX_SIZE",
     "Headers",
+    "InvalidHeaderValue",
     "Message",
     "Request",
     "Response",
@@ -141,6 +153,18 @@ def canonical_name(name: str) -> str:
     return _CANONICAL.get(name.lower(), name)
 
 
+class InvalidHeaderValue(LocalError, ValueError):
+    """Code tried to build a header line break or an empty name (header injection)."""
+
+
+def _checked(name: str, value: str) -> tuple[str, str]:
+    # Values from our own code may come from callers' input (display names, URIs); a
+    # line break there would let them forge headers, so refuse it at the API boundary.
+    if "\n" in value or "\r" in value or not name or ":" in name:
+        raise InvalidHeaderValue(f"refusing header {name!r}: {value[:40]!r}")
+    return canonical_name(name), value
+
+
 class Headers:
     """Immutable, ordered, case-insensitive multi-map of header name -> raw value.
 
@@ -152,7 +176,7 @@ class Headers:
     __slots__ = ("_index", "_items", "_split")
 
     def __init__(self, items: Iterable[tuple[str, str]] = ()) -> None:
-        self._init(tuple((canonical_name(n), v) for n, v in items))
+        self._init(tuple(_checked(n, v) for n, v in items))
 
     def _init(self, items: tuple[tuple[str, str], ...]) -> None:
         index: dict[str, list[str]] = {}
@@ -202,7 +226,7 @@ class Headers:
 
     def set(self, name: str, value: str) -> Headers:
         """Replace every ``name`` line by one, at the first one's position (else appended)."""
-        cname = canonical_name(name)
+        cname, value = _checked(name, value)
         key = cname.lower()
         out: list[tuple[str, str]] = []
         placed = False
@@ -219,11 +243,11 @@ class Headers:
 
     def add(self, name: str, value: str) -> Headers:
         """Append a ``name`` line after all others."""
-        return Headers._canonical((*self._items, (canonical_name(name), value)))
+        return Headers._canonical((*self._items, _checked(name, value)))
 
     def prepend(self, name: str, value: str) -> Headers:
         """Insert a ``name`` line before the first one of that name (Via, Record-Route)."""
-        cname = canonical_name(name)
+        cname, value = _checked(name, value)
         key = cname.lower()
         items = list(self._items)
         for i, (n, _) in enumerate(items):
@@ -548,6 +572,7 @@ def parse_message(data: bytes, *, max_size: int = DEFAULT_MAX_SIZE) -> Request |
     """
     if len(data) > max_size:
         raise SipParseError(f"message of {len(data)} octets exceeds {max_size}", status=513)
+    data = bytes(data)  # a bytearray or memoryview from a transport must not leak into body
     start = _skip_leading_crlf(data)
     end, body_start = _find_header_end(data, start)
     if end < 0:
@@ -629,7 +654,7 @@ def make_response(
         timestamp = request.headers.get("Timestamp")
         if timestamp is not None:
             out.append(("Timestamp", timestamp))
-    out += [(canonical_name(n), v) for n, v in headers]
+    out += [_checked(n, v) for n, v in headers]
     return Response(
         status,
         reason_phrase(status) if reason is None else reason,

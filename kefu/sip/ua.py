@@ -37,7 +37,7 @@ from kefu.sip.auth import DigestServer
 from kefu.sip.dialog import Dialog, DialogId, OkRetransmitter, new_tag
 from kefu.sip.message import Request, Response, make_response, parse_message
 from kefu.sip.refer import ReferSubscription, build_refer
-from kefu.sip.session_timer import SessionExpired, SessionTimer, negotiate_uas
+from kefu.sip.session_timer import RefreshDue, SessionExpired, SessionTimer, negotiate_uas
 from kefu.sip.transaction import (
     ClientTransaction,
     RequestReceived,
@@ -106,6 +106,8 @@ class _Leg:
     ok: OkRetransmitter | None = None
     session: SessionTimer | None = None
     session_headers: tuple[tuple[str, str], ...] = ()
+    session_interval: int = 0
+    session_we_refresh: bool = False
     reinvite_tx: ServerTransaction | None = None
     reinvite: Request | None = None
     refer: ReferSubscription | None = None
@@ -152,6 +154,8 @@ class UserAgent:
         self._events: deque[UaEvent] = deque()
         self._host = "127.0.0.1"
         self._port = 5060
+        self._now = 0.0
+        """The latest ``now`` fed in, for events the transaction layer reports without one."""
 
     # --- plumbing ------------------------------------------------------------------------
 
@@ -189,6 +193,7 @@ class UserAgent:
         return min(due) if due else None
 
     def handle_timer(self, now: float) -> None:
+        self._now = now
         self.transactions.handle_timer(now)
         for leg in list(self._legs.values()):
             if leg.ok is not None:
@@ -203,7 +208,17 @@ class UserAgent:
             if leg.session is not None:
                 leg.session.handle_timer(now)
                 while (t := leg.session.next_event()) is not None:
-                    if isinstance(t, SessionExpired):
+                    if isinstance(t, RefreshDue) and leg.dialog is not None:
+                        interval = leg.session.interval
+                        refresh = leg.dialog.create_request(
+                            "UPDATE",
+                            headers=(
+                                ("Session-Expires", f"{interval};refresher=uas"),
+                                ("Supported", "timer"),
+                            ),
+                        )
+                        self._send_in_dialog(leg, refresh, now)
+                    elif isinstance(t, SessionExpired):
                         leg.session = None
                         self._end(leg, "session expired", now, send_bye=True)
                         break
@@ -235,6 +250,7 @@ class UserAgent:
     # --- input ---------------------------------------------------------------------------
 
     def receive(self, data: bytes, peer: Peer, now: float) -> None:
+        self._now = now
         if not data.strip(b"\r\n"):
             return  # RFC 5626 keep-alive
         try:
@@ -349,7 +365,7 @@ class UserAgent:
 
     def _on_request(self, event: RequestReceived) -> None:
         req, tx = event.request, event.transaction
-        now = tx.created if tx is not None else 0.0
+        now = self._now
         if tx is None:
             self._on_ack(req)
             return
@@ -435,8 +451,10 @@ class UserAgent:
             return
         leg = _Leg(leg_id, req, peer, tx, dialog=dialog)
         if session.session_expires is not None:
+            # The timer starts when we answer; until then the INVITE transaction guards us.
             leg.session_headers = session.headers
-            leg.session = None  # started on answer
+            leg.session_interval = session.session_expires.delta
+            leg.session_we_refresh = session.we_refresh
         self._legs[leg_id] = leg
         self._by_tx[tx] = leg
         self._by_dialog[dialog.id] = leg
@@ -569,6 +587,9 @@ class UserAgent:
         if resp.status < 200:
             return
         del leg.client_txs[tx]
+        if method == "UPDATE" and leg.session is not None and not leg.session.expired:
+            if resp.status < 300:
+                leg.session.refreshed(self._now)
         if method == "REFER" and leg.refer is not None:
             leg.refer.on_refer_response(resp.status)
             if resp.status >= 300:
@@ -592,9 +613,9 @@ class UserAgent:
             self._respond(leg.server_tx, 180, now=now, leg=leg)
 
     def answer(self, leg_id: str, sdp: bytes, now: float) -> None:
-        leg = self._leg(leg_id)
-        if leg.state != "incoming" or leg.server_tx is None or leg.dialog is None:
-            return  # cancelled meanwhile
+        leg = self._legs.get(leg_id)
+        if leg is None or leg.state != "incoming" or leg.server_tx is None or leg.dialog is None:
+            return  # cancelled while the application prepared its answer
         headers = [("Allow", ALLOW), ("Supported", SUPPORTED), *leg.session_headers]
         resp = self._stamp(
             leg.dialog.make_response(
@@ -605,10 +626,8 @@ class UserAgent:
         leg.dialog.confirm()
         _go(leg, "answer")
         leg.ok = OkRetransmitter(resp, now, self.settings.timers)
-        for name, value in leg.session_headers:
-            if name == "Session-Expires":
-                delta = int(value.split(";")[0])
-                leg.session = SessionTimer(delta, "refresher=uas" in value.replace(" ", ""), now)
+        if leg.session_interval:
+            leg.session = SessionTimer(leg.session_interval, leg.session_we_refresh, now)
 
     def reject(
         self,
@@ -626,7 +645,9 @@ class UserAgent:
         self._finish(leg, now)
 
     def answer_reinvite(self, leg_id: str, sdp: bytes, now: float) -> None:
-        leg = self._leg(leg_id)
+        leg = self._legs.get(leg_id)
+        if leg is None:
+            return
         tx, req = leg.reinvite_tx, leg.reinvite
         if tx is None or req is None or leg.dialog is None:
             return
@@ -645,8 +666,8 @@ class UserAgent:
     def reject_reinvite(
         self, leg_id: str, status: int, *, headers: Iterable[tuple[str, str]] = (), now: float = 0.0
     ) -> None:
-        leg = self._leg(leg_id)
-        if leg.reinvite_tx is None:
+        leg = self._legs.get(leg_id)
+        if leg is None or leg.reinvite_tx is None:
             return
         tx, leg.reinvite_tx, leg.reinvite = leg.reinvite_tx, None, None
         self._respond(tx, status, headers=headers, now=now, leg=leg)

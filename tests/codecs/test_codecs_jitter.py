@@ -243,3 +243,20 @@ def test_bad_configuration() -> None:
         JitterBuffer(8000, 0)
     with pytest.raises(ValueError):
         JitterBuffer(8000, 160, min_delay_ms=300, max_delay_ms=200)
+
+
+def test_max_delay_shorter_than_a_frame_still_plays() -> None:
+    jb = JitterBuffer(8000, TICKS, min_delay_ms=0, max_delay_ms=10)
+    for n in range(30):
+        jb.put(n, n * TICKS, payload(n), 0.0)
+    # 600 ms queued against a 10 ms limit: cut back to a single frame at once
+    assert jb.pop(0.0) == Playout(29 * TICKS, payload(29))
+    assert jb.stats.skipped == 29
+    assert jb.pop(0.02) == Playout(30 * TICKS, None)
+
+
+def test_48k_opus_clock() -> None:
+    jb = JitterBuffer(48000, 960)
+    out = simulate(jb, 50, ts_of=lambda n: 7 + n * 960, delay=lambda n: None if n == 9 else 0.005)
+    assert played_seqs(out) == [1000 + n for n in range(50) if n != 9]
+    assert jb.stats.lost == 1 and jb.stats.target_delay_ms == 20.0

@@ -14,7 +14,6 @@ import argparse
 import asyncio
 import json
 import logging
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -50,9 +49,17 @@ async def server(args: argparse.Namespace) -> dict[str, float]:
     legs = await open_legs(SERVER_PORTS, CLIENT_PORTS, args.calls, args.codec)
     for ep in legs:
         ep.play(ep.inbound)
-    child = subprocess.Popen(
-        [sys.executable, __file__, "--role", "client", "--calls", str(args.calls),
-         "--codec", args.codec, "--seconds", str(args.seconds + args.warmup + 1)],
+    child = await asyncio.create_subprocess_exec(
+        sys.executable,
+        __file__,
+        "--role",
+        "client",
+        "--calls",
+        str(args.calls),
+        "--codec",
+        args.codec,
+        "--seconds",
+        str(args.seconds + args.warmup + 1),
     )
     try:
         await asyncio.sleep(args.warmup)
@@ -67,7 +74,7 @@ async def server(args: argparse.Namespace) -> dict[str, float]:
     finally:
         for ep in legs:
             await ep.close()
-        child.wait()
+        await child.wait()
     echoed = sent1 - sent0
     cpu = cpu1 - cpu0
     return {
@@ -95,7 +102,10 @@ async def client(args: argparse.Namespace) -> None:
             await ep.inbound.recv()
 
     tasks = [asyncio.ensure_future(drain(ep)) for ep in legs]
+    cpu0, wall0 = time.process_time(), time.monotonic()
     await asyncio.sleep(args.seconds)
+    share = (time.process_time() - cpu0) / (time.monotonic() - wall0)
+    print(json.dumps({"client_core_share": round(share, 3)}), file=sys.stderr)
     for t in tasks:
         t.cancel()
     for ep in legs:

@@ -63,7 +63,9 @@ async def collect(ep: RtpEndpoint, seconds: float) -> tuple[np.ndarray, list[int
 
 
 @pytest.mark.parametrize(("codec", "pt"), [(PCMU, 0), (OPUS, 111)], ids=["pcmu", "opus"])
-async def test_echo_tone(pair: tuple[RtpEndpoint, RtpEndpoint, PortAllocator], codec: CodecInfo, pt: int) -> None:
+async def test_echo_tone(
+    pair: tuple[RtpEndpoint, RtpEndpoint, PortAllocator], codec: CodecInfo, pt: int
+) -> None:
     a, b, _ = pair
     connect(a, b, codec, pt)
     b.play(b.inbound)  # echo

@@ -34,7 +34,9 @@ def make(**kw: object) -> RtpSession:
     return RtpSession(**args)  # type: ignore[arg-type]
 
 
-def rtp(seq: int, ts: int | None = None, ssrc: int = 0xABC, pt: int = 0, marker: bool = False) -> bytes:
+def rtp(
+    seq: int, ts: int | None = None, ssrc: int = 0xABC, pt: int = 0, marker: bool = False
+) -> bytes:
     return bytes(
         RtpPacket(
             payload_type=pt,

@@ -21,6 +21,7 @@ from kefu.sip.message import (
     parse_message,
     reason_phrase,
 )
+from kefu.sip.validate import check_request
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -409,3 +410,62 @@ def test_parse_speed(benchmark: Any) -> None:
     for _ in range(200):
         parse_message(data)
     assert (time.perf_counter() - start) / 200 < 1e-3
+
+
+# --- hostile input ---------------------------------------------------------------------
+
+_BASE = (
+    b"INVITE sip:a@b SIP/2.0\r\nVia: SIP/2.0/UDP h;branch=z9hG4bK1\r\nFrom: <sip:a@b>;tag=1\r\n"
+    b"To: <sip:b@c>\r\nCall-ID: x\r\nCSeq: 1 INVITE\r\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("prefix", "unit", "suffix"),
+    [
+        (b"X-A: a\r\n", b" x\r\n", b""),
+        (b"", b"Via: SIP/2.0/UDP h;branch=z9hG4bK1\r\n", b""),
+        (b"Contact: ", b"<sip:a@b>,", b"\r\n"),
+        (b"Contact: <sip:a@b", b";a", b">\r\n"),
+        (b"Contact: <sip:[", b":", b"x]>\r\n"),
+        (b"Contact: ", b'"\\', b"\r\n"),
+        (b"Content-Length:", b" ", b"x\r\n"),
+    ],
+)
+def test_hostile_input_is_linear(prefix: bytes, unit: bytes, suffix: bytes) -> None:
+    data = _BASE + prefix + unit * (60000 // len(unit)) + suffix + b"\r\n"
+    start = time.perf_counter()
+    try:
+        msg = parse_message(data)
+        assert isinstance(msg, Request)
+        check_request(msg)
+    except SipParseError:
+        pass
+    try:
+        StreamFramer().feed(data)
+    except SipParseError:
+        pass
+    # Quadratic behaviour on 60 kB would take seconds; linear takes milliseconds.
+    assert time.perf_counter() - start < 0.5
+
+
+def test_header_injection_is_refused() -> None:
+    from kefu.sip.message import InvalidHeaderValue
+
+    h = Headers([("Subject", "ok")])
+    for bad in ("a\r\nVia: forged", "a\nb", "a\rb"):
+        with pytest.raises(InvalidHeaderValue):
+            h.add("Subject", bad)
+        with pytest.raises(InvalidHeaderValue):
+            h.set("Subject", bad)
+        with pytest.raises(InvalidHeaderValue):
+            Headers([("X", bad)])
+        with pytest.raises(InvalidHeaderValue):
+            make_response(req(), 200, headers=[("X", bad)])
+    with pytest.raises(InvalidHeaderValue):
+        h.prepend("Bad:Name", "x")
+
+
+def test_parse_accepts_bytearray_and_memoryview() -> None:
+    assert req(bytearray(INVITE)).body == b"v=0\n"
+    assert type(parse_message(memoryview(INVITE)).body) is bytes  # type: ignore[arg-type]
