@@ -219,3 +219,29 @@ async def test_ports_exhaust() -> None:
         await RtpEndpoint.open(HOST, ports)
     for ep in eps:
         await ep.close()
+
+
+@pytest.mark.parametrize("mux", [False, True], ids=["rtcp-port", "rtcp-mux"])
+async def test_rtcp_reports_and_on_stats(mux: bool) -> None:
+    ports = PortAllocator(40300, 40309)
+    a = await RtpEndpoint.open(HOST, ports, rtcp_interval=0.1)
+    b = await RtpEndpoint.open(HOST, ports, rtcp_interval=0.1)
+    try:
+        a.start((HOST, b.local_port), PCMU, 0, 101, rtcp_mux=mux)
+        b.start((HOST, a.local_port), PCMU, 0, 101, rtcp_mux=mux)
+        reports: list[object] = []
+        a.on_stats = reports.append
+        a.play(ToneTrack(440.0, rate=8000, layout="mono"))
+        b.play(b.inbound)
+        for _ in range(50):
+            await asyncio.sleep(0.05)
+            if a.stats.rtt_ms is not None and b.stats.remote_packets_lost is not None:
+                break
+        st = a.stats
+        assert st.rtt_ms is not None and 0.0 <= st.rtt_ms < 50.0
+        assert st.remote_fraction_lost == 0.0 and st.remote_packets_lost == 0
+        assert reports
+        assert a.stats.dropped_unlatched == b.stats.dropped_unlatched == 0
+    finally:
+        await a.close()
+        await b.close()
