@@ -33,7 +33,6 @@ import structlog
 from aiortc.mediastreams import MediaStreamTrack
 
 from kefu.codecs.registry import CodecInfo
-from kefu.errors import RemoteError
 from kefu.rtp.ports import PortAllocator, bind_pair
 from kefu.rtp.session import (
     RTCP_INTERVAL,
@@ -102,6 +101,7 @@ class RtpEndpoint:
         self.dtmf: asyncio.Queue[DtmfReceived] = asyncio.Queue(maxsize=DTMF_QUEUE_SIZE)
         self.dtmf_dropped = 0
         self.dropped_before_start = 0
+        self.internal_errors = 0
         self.on_stats: Callable[[RtpStats], None] | None = None
         self._session: RtpSession | None = None
         self._sender: RtpSender | None = None
@@ -173,7 +173,7 @@ class RtpEndpoint:
             rtcp_interval=self._rtcp_interval,
         )
         self.inbound.configure(codec, ptime_ms)
-        self._sender = RtpSender(self._session, self._send_rtp, self._loop.time)
+        self._sender = RtpSender(self._session, self._send_rtp, self._loop.time, log=self._log)
         self._sender.configure(codec, ptime_ms)
         self._sender.sending = direction in _SENDING
         self._sender.set_source(self._source)
@@ -247,16 +247,19 @@ class RtpEndpoint:
             return
         try:
             events = session.receive_datagram(data, addr, self._loop.time())
-        except RemoteError:
-            # The session counts peer faults itself; this guards codec-level surprises.
-            return
-        for event in events:
-            if isinstance(event, AudioPacket):
-                self.inbound.push(event)
-            elif isinstance(event, DtmfReceived):
-                self._queue_dtmf(event)
-            elif isinstance(event, SourceLatched):
-                self._log.info("rtp_latched", source=event.address, relatched=event.relatched)
+            for event in events:
+                if isinstance(event, AudioPacket):
+                    self.inbound.push(event)
+                elif isinstance(event, DtmfReceived):
+                    self._queue_dtmf(event)
+                elif isinstance(event, SourceLatched):
+                    self._log.info("rtp_latched", source=event.address, relatched=event.relatched)
+        except Exception:
+            # Peer faults are counted by the session and never raise; this is our own bug.
+            # Log the first one, count the rest, and keep the call (and the loop) alive.
+            self.internal_errors += 1
+            if self.internal_errors == 1:
+                self._log.exception("rtp_receive_failed")
         if self._timer is None:
             self._arm_rtcp()
 

@@ -8,7 +8,7 @@ API CONTRACT:
         RtpEvent = AudioPacket | DtmfReceived | RtcpReceived | SourceLatched
     s.packetize(payload, timestamp_step, now, marker=False) -> bytes
     s.advance_timestamp(ticks)                  # RTP time passing with nothing sent
-    s.dtmf_datagrams(digit, now, duration_ms=160) -> list[bytes]   # send one per ptime
+    s.dtmf_datagrams(digit, now=None, duration_ms=160) -> list[bytes]  # send one per ptime
     s.get_timer() -> float | None; s.handle_timer(now); s.rtcp_to_send() -> list[bytes]
     s.bye(now) -> bytes                         # final compound: report + SDES + BYE
     s.set_remote(remote, remote_rtcp=None); s.set_codec(payload_type, clock_rate, ...)
@@ -422,7 +422,9 @@ class RtpSession:
         """Let RTP time pass without a packet (source stalled, hold): keeps peer jitter sane."""
         self._timestamp = (self._timestamp + ticks) & 0xFFFFFFFF
 
-    def dtmf_datagrams(self, digit: str, now: float, duration_ms: int = 160) -> list[bytes]:
+    def dtmf_datagrams(
+        self, digit: str, now: float | None = None, duration_ms: int = 160
+    ) -> list[bytes]:
         """RFC 4733 packets for one digit, to be sent one per ptime instead of audio.
 
         They share the event's start timestamp (§2.5.1.1); the media timestamp then jumps
@@ -439,11 +441,12 @@ class RtpSession:
             packet_ms=self.ptime_ms,
         ):
             out.append(self._build(self.dtmf_payload_type, marker, start, bytes(event)))
-        self._last_sent_ts = start
-        self._last_sent_at = now
         step = self.clock_rate * self.ptime_ms // 1000
         self._timestamp = (start + step * len(out)) & 0xFFFFFFFF
-        self._arm_timer(now)
+        if now is not None:
+            self._last_sent_ts = start
+            self._last_sent_at = now
+            self._arm_timer(now)
         return out
 
     def _build(self, payload_type: int, marker: bool, timestamp: int, payload: bytes) -> bytes:

@@ -12,7 +12,7 @@ API CONTRACT:
         .configure(codec, ptime_ms=20); .set_source(track | None); .queue_dtmf(digit)
         .sending: bool (False on hold: the source is still drained, nothing goes out)
         .start(); await .stop()
-        .packets_sent, .slots_skipped, .source_ended, .dtmf_dropped
+        .packets_sent, .slots_skipped, .source_ended, .source_errors, .dtmf_dropped
 
 Timing model. Both sides run on the event loop's monotonic clock, one frame per ptime:
 
@@ -41,9 +41,11 @@ import contextlib
 import fractions
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 import av
 import numpy as np
+import structlog
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from numpy.typing import NDArray
 
@@ -177,10 +179,13 @@ class RtpSender:
         session: RtpSession,
         send: Callable[[bytes], None],
         clock: Callable[[], float] | None = None,
+        *,
+        log: Any = None,
     ) -> None:
         self._session = session
         self._send = send
         self._clock_fn = clock
+        self._log = log or structlog.get_logger("kefu.rtp")
         self._codec: CodecInfo | None = None
         self._source: MediaStreamTrack | None = None
         self._wake = asyncio.Event()
@@ -201,6 +206,7 @@ class RtpSender:
         self.dtmf_dropped = 0
         self.encode_errors = 0
         self.bad_frames = 0
+        self.source_errors = 0
 
     def _clock(self) -> float:
         if self._clock_fn is None:
@@ -277,6 +283,13 @@ class RtpSender:
                 if self._source is source:
                     self._source = None
                     self.source_ended += 1
+                continue
+            except Exception:
+                # A broken upstream stage must not kill the leg: treat it as ended.
+                self._log.exception("rtp_source_failed")
+                if self._source is source:
+                    self._source = None
+                    self.source_errors += 1
                 continue
             finally:
                 if self._receiving is me:

@@ -1,4 +1,4 @@
-"""SIP messages (RFC 3261 §7, §20): parse and serialize, plus TCP stream framing.
+"""SIP messages (RFC 3261 §7, §20): parse and serialize (stream framing: framing.py).
 
 API CONTRACT (other modules code against this; keep it stable):
 
@@ -26,10 +26,9 @@ API CONTRACT (other modules code against this; keep it stable):
         RFC 3261 §8.2.6; reason defaults to the standard phrase for the status.
 
     StreamFramer().feed(data: bytes) -> list[bytes]   complete messages from a TCP stream
-        (skips CRLF keep-alives; raises SipParseError(framing=True) on a missing/invalid
-        Content-Length)
+        (skips CRLF keep-alives; a bad Content-Length raises SipParseError(framing=True)).
 
-Value objects (kefu/sip/headers.py): Via, NameAddr, CSeq, SipUri with parse()/__str__.
+Value objects (kefu/sip/headers.py, uri.py): Via, NameAddr, CSeq, SipUri with parse()/__str__.
 
 Extensions beyond the contract (additive):
     Request.uri is a SipUri (a str given to the constructor is parsed; unknown schemes are
@@ -37,8 +36,8 @@ Extensions beyond the contract (additive):
     ``headers``. parse_message(data, max_size=65535) -> SipParseError(status=513) above it.
     Headers.get_raw(name) (lines unsplit), .count(name), .prepend(name, value), .items().
     msg.vias, msg.contacts, msg.content_type, msg.max_forwards; Response.is_provisional.
-    StreamFramer(max_size).take_pings() counts RFC 5626 double-CRLF pings; .buffered.
-    reason_phrase(status), canonical_name(name).
+    StreamFramer (kefu/sip/framing.py, re-exported): max_size, .take_pings(), .buffered.
+    reason_phrase(status), canonical_name(name), split_header_lines(), Headers.from_canonical().
 Header values stay raw text until a property parses them; kefu/sip/validate.py says which
 problems the parser rejects and which the UAS checks.
 """
@@ -51,7 +50,23 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar, cast
 
 from kefu.errors import LocalError, SipParseError
-from kefu.sip.headers import CSeq, NameAddr, SipUri, Via, is_token, split_list
+from kefu.sip.framing import (
+    DEFAULT_MAX_SIZE,
+    StreamFramer,
+    find_header_end,
+    parse_content_length,
+    skip_leading_crlf,
+)
+from kefu.sip.headers import (
+    CSeq,
+    NameAddr,
+    SipUri,
+    Via,
+    canonical_name,
+    is_list_header,
+    is_token,
+    split_list,
+)
 
 __all__ = [
     "DEFAULT_MAX_SIZE",
@@ -65,52 +80,10 @@ __all__ = [
     "make_response",
     "parse_message",
     "reason_phrase",
+    "split_header_lines",
 ]
 
-DEFAULT_MAX_SIZE = 65535
-"""Largest message accepted by default: a UDP datagram's payload cannot be larger."""
-
 _T = TypeVar("_T")
-
-# RFC 3261 §7.3.3 plus the extensions that define compact forms (RFC 3515 r, RFC 3892 b,
-# RFC 4028 x, RFC 6665 o/u, RFC 3841 a/j/d, RFC 8224 y).
-_COMPACT = dict(
-    pair.split("=")
-    for pair in (
-        "a=Accept-Contact b=Referred-By c=Content-Type d=Request-Disposition e=Content-Encoding "
-        "f=From i=Call-ID j=Reject-Contact k=Supported l=Content-Length m=Contact o=Event "
-        "r=Refer-To s=Subject t=To u=Allow-Events v=Via x=Session-Expires y=Identity"
-    ).split()
-)
-
-_KNOWN = (
-    "Accept Accept-Contact Accept-Encoding Accept-Language Alert-Info Allow Allow-Events "
-    "Authentication-Info Authorization Call-ID Call-Info Contact Content-Disposition "
-    "Content-Encoding Content-Language Content-Length Content-Type CSeq Date Error-Info Event "
-    "Expires From History-Info Identity In-Reply-To Max-Forwards Min-Expires Min-SE "
-    "MIME-Version Organization P-Asserted-Identity P-Preferred-Identity Path Priority "
-    "Privacy Proxy-Authenticate Proxy-Authorization Proxy-Require RAck Reason Record-Route "
-    "Refer-Sub Refer-To Referred-By Reject-Contact Replaces Reply-To Request-Disposition "
-    "Require Retry-After Route RSeq Security-Client Security-Server Security-Verify Server "
-    "Service-Route Session-Expires SIP-ETag SIP-If-Match Subject Subscription-State "
-    "Supported Target-Dialog Timestamp To Unsupported User-Agent Via Warning WWW-Authenticate"
-).split()
-
-_CANONICAL: dict[str, str] = {name.lower(): name for name in _KNOWN}
-_CANONICAL.update(_COMPACT)
-
-# Headers whose grammar is a comma-separated list (RFC 3261 §7.3.1); others (From, To,
-# Call-ID, WWW-Authenticate with its own commas, Date...) are never split.
-_LIST_HEADERS = frozenset(
-    name.lower()
-    for name in (
-        "Accept Accept-Contact Accept-Encoding Accept-Language Alert-Info Allow Allow-Events "
-        "Call-Info Contact Content-Encoding Content-Language Error-Info History-Info "
-        "In-Reply-To P-Asserted-Identity P-Preferred-Identity Path Proxy-Require Reason "
-        "Record-Route Reject-Contact Request-Disposition Require Route Security-Client "
-        "Security-Server Security-Verify Service-Route Supported Unsupported Via Warning"
-    ).split()
-)
 
 # RFC 3261 §21 and the extensions kefu meets (RFC 3265, 3329, 4028, 6228, 6665).
 _REASONS = {
@@ -137,7 +110,6 @@ _REASONS = {
 
 _VERSION_RE = re.compile(r"SIP/\d+\.\d+", re.IGNORECASE)
 _STATUS_RE = re.compile(r"[1-6]\d\d")
-_CL_LINE_RE = re.compile(rb"^(?:content-length|l)[ \t]*:([^\r\n]*)", re.I | re.M)
 
 
 def reason_phrase(status: int) -> str:
@@ -146,11 +118,6 @@ def reason_phrase(status: int) -> str:
     if phrase is not None:
         return phrase
     return _REASONS.get(status - status % 100, "Unknown")
-
-
-def canonical_name(name: str) -> str:
-    """Canonical spelling of a header name; compact forms expanded; unknown names kept."""
-    return _CANONICAL.get(name.lower(), name)
 
 
 class InvalidHeaderValue(LocalError, ValueError):
@@ -193,7 +160,8 @@ class Headers:
         self._split: dict[str, list[str]] = {}
 
     @classmethod
-    def _canonical(cls, items: tuple[tuple[str, str], ...]) -> Headers:
+    def from_canonical(cls, items: tuple[tuple[str, str], ...]) -> Headers:
+        """Wrap pairs that are already canonical and CR/LF-free (parser output), unchecked."""
         h = cls.__new__(cls)
         h._init(items)
         return h
@@ -213,7 +181,7 @@ class Headers:
         cached = self._split.get(key)
         if cached is None:
             lines = self._index.get(key, [])
-            if key in _LIST_HEADERS:
+            if is_list_header(key):
                 cached = [v for line in lines for v in split_list(line)]
             else:
                 cached = list(lines)
@@ -239,11 +207,11 @@ class Headers:
                 out.append((n, v))
         if not placed:
             out.append((cname, value))
-        return Headers._canonical(tuple(out))
+        return Headers.from_canonical(tuple(out))
 
     def add(self, name: str, value: str) -> Headers:
         """Append a ``name`` line after all others."""
-        return Headers._canonical((*self._items, _checked(name, value)))
+        return Headers.from_canonical((*self._items, _checked(name, value)))
 
     def prepend(self, name: str, value: str) -> Headers:
         """Insert a ``name`` line before the first one of that name (Via, Record-Route)."""
@@ -256,14 +224,14 @@ class Headers:
                 break
         else:
             items.append((cname, value))
-        return Headers._canonical(tuple(items))
+        return Headers.from_canonical(tuple(items))
 
     def remove(self, name: str) -> Headers:
         """Drop every ``name`` line."""
         key = canonical_name(name).lower()
         if key not in self._index:
             return self
-        return Headers._canonical(tuple(p for p in self._items if p[0].lower() != key))
+        return Headers.from_canonical(tuple(p for p in self._items if p[0].lower() != key))
 
     def items(self) -> tuple[tuple[str, str], ...]:
         return self._items
@@ -498,33 +466,11 @@ class Response(_MessageMixin):
 Message = Request | Response
 
 
-def _find_header_end(data: bytes | bytearray, start: int) -> tuple[int, int]:
-    """(end of header block, start of body), or (-1, -1). Bare-LF messages (RFC 5118's
-    files, some old UAs) are accepted as RFC 3261 §7.5 suggests tolerating."""
-    crlf = data.find(b"\r\n\r\n", start)
-    lf = data.find(b"\n\n", start)
-    if crlf >= 0 and (lf < 0 or crlf + 1 <= lf):
-        return crlf, crlf + 4
-    if lf >= 0:
-        return lf, lf + 2
-    return -1, -1
-
-
-def _skip_leading_crlf(data: bytes) -> int:
-    # RFC 3261 §7.5: CRLFs before the start line are ignored (keep-alives, sloppy peers).
-    i = 0
-    n = len(data)
-    while i < n and data[i] in (13, 10):
-        i += 1
-    return i
-
-
-def _header_lines(head: str) -> tuple[str, list[tuple[str, str]]]:
+def split_header_lines(head: str) -> tuple[str, list[tuple[str, str]]]:
     """Start line and unfolded (canonical name, value) pairs of a decoded header block."""
     lines = head.split("\n")
     start_line = lines[0].rstrip("\r")
     fields: list[tuple[str, str]] = []
-    canon = _CANONICAL
     for raw in lines[1:]:
         line = raw[:-1] if raw.endswith("\r") else raw
         if not line:
@@ -542,25 +488,8 @@ def _header_lines(head: str) -> tuple[str, list[tuple[str, str]]]:
         name = line[:colon].rstrip(" \t")
         if not is_token(name):
             raise SipParseError(f"bad header name {name[:40]!r}")
-        fields.append((canon.get(name.lower(), name), line[colon + 1 :].strip(" \t")))
+        fields.append((canonical_name(name), line[colon + 1 :].strip(" \t")))
     return start_line, fields
-
-
-def _content_length(headers: Headers) -> int | None:
-    values = headers.get_raw("Content-Length")
-    if not values:
-        return None
-    distinct = {v.strip() for v in values}
-    if len(distinct) != 1:
-        raise SipParseError(
-            "conflicting Content-Length headers", header="Content-Length", framing=True
-        )
-    text = distinct.pop()
-    if not (text.isascii() and text.isdigit()) or len(text) > 10:
-        raise SipParseError(
-            f"bad Content-Length {text[:20]!r}", header="Content-Length", framing=True
-        )
-    return int(text)
 
 
 def parse_message(data: bytes, *, max_size: int = DEFAULT_MAX_SIZE) -> Request | Response:
@@ -573,15 +502,15 @@ def parse_message(data: bytes, *, max_size: int = DEFAULT_MAX_SIZE) -> Request |
     if len(data) > max_size:
         raise SipParseError(f"message of {len(data)} octets exceeds {max_size}", status=513)
     data = bytes(data)  # a bytearray or memoryview from a transport must not leak into body
-    start = _skip_leading_crlf(data)
-    end, body_start = _find_header_end(data, start)
+    start = skip_leading_crlf(data)
+    end, body_start = find_header_end(data, start)
     if end < 0:
         if not data.endswith(b"\n"):
             raise SipParseError("header block not terminated by an empty line", framing=True)
         end = body_start = len(data)
-    start_line, fields = _header_lines(data[start:end].decode("utf-8", "surrogateescape"))
-    headers = Headers._canonical(tuple(fields))
-    length = _content_length(headers)
+    start_line, fields = split_header_lines(data[start:end].decode("utf-8", "surrogateescape"))
+    headers = Headers.from_canonical(tuple(fields))
+    length = parse_content_length(headers.get_raw("Content-Length"))
     if length is None:
         body = data[body_start:]
     else:
@@ -658,7 +587,7 @@ def make_response(
     return Response(
         status,
         reason_phrase(status) if reason is None else reason,
-        Headers._canonical(tuple(out)),
+        Headers.from_canonical(tuple(out)),
         body,
     )
 
@@ -669,96 +598,3 @@ def _has_tag(to_value: str) -> bool:
     except SipParseError:
         # Unparseable To: fall back to a textual look so we never add a second tag.
         return ";tag=" in to_value.replace(" ", "").lower()
-
-
-class StreamFramer:
-    """Cut SIP messages out of a TCP/TLS byte stream (RFC 3261 §18.3).
-
-    ``feed(data)`` returns every complete message (raw bytes, ready for
-    :func:`parse_message`). CRLFs between messages are skipped; each double-CRLF keep-alive
-    ping (RFC 5626 §3.5.1) is counted for :meth:`take_pings` so the transport can answer
-    with a single CRLF pong. A stream without a valid Content-Length cannot be framed:
-    SipParseError(framing=True) is raised and the connection should be closed; the framer
-    must not be fed again after raising.
-    """
-
-    __slots__ = ("_buf", "_max_size", "_newlines", "_pings")
-
-    def __init__(self, max_size: int = DEFAULT_MAX_SIZE) -> None:
-        self._buf = bytearray()
-        self._max_size = max_size
-        self._pings = 0
-        self._newlines = 0
-
-    @property
-    def buffered(self) -> int:
-        """Octets received but not yet part of a complete message."""
-        return len(self._buf)
-
-    def take_pings(self) -> int:
-        """Number of double-CRLF pings seen since the last call."""
-        pings, self._pings = self._pings, 0
-        return pings
-
-    def feed(self, data: bytes) -> list[bytes]:
-        buf = self._buf
-        buf += data
-        out: list[bytes] = []
-        while True:
-            self._skip_keepalives()
-            if not buf:
-                break
-            end, body_start = _find_header_end(buf, 0)
-            if end < 0:
-                if len(buf) > self._max_size:
-                    raise SipParseError("header block too large", status=513, framing=True)
-                break
-            length = self._content_length(bytes(buf[:end]))
-            total = body_start + length
-            if total > self._max_size:
-                raise SipParseError(
-                    f"message of {total} octets exceeds {self._max_size}",
-                    status=513,
-                    framing=True,
-                )
-            if len(buf) < total:
-                break
-            out.append(bytes(buf[:total]))
-            del buf[:total]
-            self._newlines = 0
-        return out
-
-    def _skip_keepalives(self) -> None:
-        buf = self._buf
-        i = 0
-        n = len(buf)
-        while i < n and buf[i] in (13, 10):
-            if buf[i] == 10:
-                # Count LFs across feeds so a ping split over two segments still counts.
-                self._newlines += 1
-                if self._newlines == 2:
-                    self._pings += 1
-                    self._newlines = 0
-            i += 1
-        if i:
-            del buf[:i]
-
-    @staticmethod
-    def _content_length(head: bytes) -> int:
-        values = {m.group(1).strip(b" \t") for m in _CL_LINE_RE.finditer(head)}
-        if not values:
-            raise SipParseError(
-                "missing Content-Length on a stream transport",
-                header="Content-Length",
-                framing=True,
-            )
-        if len(values) != 1:
-            raise SipParseError(
-                "conflicting Content-Length headers", header="Content-Length", framing=True
-            )
-        text = values.pop()
-        if not text.isdigit() or len(text) > 10:
-            raise SipParseError(
-                f"bad Content-Length {text[:20]!r}", header="Content-Length", framing=True
-            )
-        return int(text)

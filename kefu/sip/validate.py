@@ -30,16 +30,15 @@ from dataclasses import dataclass
 from typing import Literal
 
 from kefu.errors import SipParseError
+from kefu.sip.framing import find_header_end, skip_leading_crlf
 from kefu.sip.headers import NameAddr, is_token
 from kefu.sip.message import (
     Headers,
     Request,
     Response,
-    _find_header_end,
-    _header_lines,
-    _skip_leading_crlf,
     make_response,
     reason_phrase,
+    split_header_lines,
 )
 
 __all__ = [
@@ -233,15 +232,15 @@ def response_for_parse_error(
     framing error whatever this returns.
     """
     try:
-        start = _skip_leading_crlf(data)
-        end, _ = _find_header_end(data, start)
+        start = skip_leading_crlf(data)
+        end, _ = find_header_end(data, start)
         head = data[start:] if end < 0 else data[start:end]
         start_line, fields = _salvage_lines(head.decode("utf-8", "surrogateescape"))
     except SipParseError:
         return None
     if not start_line or start_line[:4].upper() == "SIP/":
         return None
-    headers = Headers._canonical(tuple(fields))
+    headers = Headers.from_canonical(tuple(fields))
     if any(name not in headers for name in _REQUIRED_HEADERS):
         return None
     if error.header == "Request-URI":
@@ -254,18 +253,18 @@ def response_for_parse_error(
     kept = [(n, v) for n, v in fields if n in wanted]
     if to_tag is not None:
         kept = [(n, _with_tag(v, to_tag) if n == "To" else v) for n, v in kept]
-    return Response(error.status, reason, Headers._canonical(tuple(kept)))
+    return Response(error.status, reason, Headers.from_canonical(tuple(kept)))
 
 
 def _salvage_lines(head: str) -> tuple[str, list[tuple[str, str]]]:
     """Like the parser's header splitter, but skipping lines it cannot read."""
     try:
-        return _header_lines(head)
+        return split_header_lines(head)
     except SipParseError:
         pass
     lines = head.replace("\r\n", "\n").split("\n")
     good = "\n".join(line for line in lines[1:] if ":" in line or line[:1] in (" ", "\t"))
-    _, fields = _header_lines(f"{lines[0]}\n{good}")
+    _, fields = split_header_lines(f"{lines[0]}\n{good}")
     return lines[0], fields
 
 

@@ -236,3 +236,22 @@ def test_reframe_converts_any_format_to_exact_frames() -> None:
     sender.configure(PCMU)
     chunks = [sender._reframe(mono_frame(tone(i, 240))) for i in range(2)]  # 30 ms frames
     assert [len(c) for c in chunks] == [1, 2]
+
+
+class BrokenTrack(MediaStreamTrack):
+    kind = "audio"
+
+    async def recv(self) -> av.AudioFrame:
+        raise RuntimeError("an upstream stage crashed")
+
+
+async def test_sender_survives_a_broken_source() -> None:
+    clock = Clock()
+    sender, sent = make_sender(clock)
+    sender.set_source(BrokenTrack())
+    sender.start()
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert sender.source_errors == 1
+    await run_until_done(sender, ScriptedTrack(clock, [0.0, 0.02]))
+    assert len(sent) == 2

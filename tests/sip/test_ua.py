@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from sip_ua_helpers import TRUNK, app_events, events, invite, request, responses, sent
+from helpers.sip_trunk import TRUNK, app_events, events, invite, request, responses, sent
 
 from kefu.sip import ua_events as ev
 from kefu.sip.auth import answer_challenge
