@@ -28,7 +28,6 @@ import ipaddress
 import secrets
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from kefu.errors import InvalidTransition, SipParseError
@@ -45,91 +44,27 @@ from kefu.sip.transaction import (
     ServerInviteTransaction,
     ServerTransaction,
     Timeout,
-    TimerConfig,
     TransactionLayer,
     TransportError,
 )
 from kefu.sip.ua_events import Peer, UaEvent
+from kefu.sip.ua_leg import (
+    ACCEPT,
+    ALLOW,
+    KNOWN_METHODS,
+    SUPPORTED,
+    Leg,
+    UaSettings,
+    advance,
+    dtmf_from_info,
+    replace_top_via,
+)
 from kefu.sip.validate import check_request, check_response, response_for_parse_error
 
 if TYPE_CHECKING:
-    from kefu.mediaserver.config import Config
+    pass
 
 __all__ = ["Peer", "UaEvent", "UaSettings", "UserAgent"]
-
-ALLOW = "INVITE, ACK, BYE, CANCEL, OPTIONS, INFO, REFER, NOTIFY, UPDATE"
-SUPPORTED = "timer, replaces, norefersub"
-ACCEPT = "application/sdp, application/dtmf-relay, application/dtmf, message/sipfrag"
-KNOWN_METHODS = frozenset(
-    "INVITE ACK BYE CANCEL OPTIONS INFO REFER NOTIFY UPDATE REGISTER SUBSCRIBE "
-    "MESSAGE PRACK PUBLISH".split()
-)
-DTMF_DIGITS = frozenset("0123456789*#ABCD")
-
-
-@dataclass(frozen=True, slots=True)
-class UaSettings:
-    user_agent: str = "kefu/0.1"
-    allow_from: tuple[str, ...] = ("127.0.0.0/8", "::1/128")
-    auth_realm: str = "kefu"
-    auth_users: tuple[tuple[str, str], ...] = ()
-    auth_algorithm: str = "SHA-256"
-    auth_secret: bytes = b""
-    max_message_bytes: int = 65535
-    session_expires: int = 1800
-    min_se: int = 90
-    timers: TimerConfig = TimerConfig()
-
-    @classmethod
-    def from_config(cls, config: Config) -> UaSettings:
-        sip = config.sip
-        return cls(
-            allow_from=sip.allow_from,
-            auth_realm=sip.auth_realm,
-            auth_users=tuple(sip.auth_users.items()),
-            auth_algorithm=sip.auth_algorithm,
-            auth_secret=secrets.token_bytes(32),
-            max_message_bytes=sip.max_message_bytes,
-            session_expires=sip.session_expires,
-            min_se=sip.min_se,
-        )
-
-
-@dataclass(eq=False)
-class _Leg:
-    id: str
-    invite: Request
-    peer: Peer
-    server_tx: ServerInviteTransaction | None
-    state: str = "incoming"
-    dialog: Dialog | None = None
-    ok: OkRetransmitter | None = None
-    session: SessionTimer | None = None
-    session_headers: tuple[tuple[str, str], ...] = ()
-    session_interval: int = 0
-    session_we_refresh: bool = False
-    reinvite_tx: ServerTransaction | None = None
-    reinvite: Request | None = None
-    refer: ReferSubscription | None = None
-    client_txs: dict[ClientTransaction, str] = field(default_factory=dict)
-
-
-_LEG_TABLE = {
-    ("incoming", "answer"): "answered",
-    ("incoming", "end"): "ended",
-    ("answered", "ack"): "confirmed",
-    ("answered", "end"): "ended",
-    ("confirmed", "ack"): "confirmed",
-    ("confirmed", "end"): "ended",
-    ("ended", "end"): "ended",
-}
-
-
-def _go(leg: _Leg, event: str) -> None:
-    nxt = _LEG_TABLE.get((leg.state, event))
-    if nxt is None:
-        raise InvalidTransition("leg", leg.state, event)
-    leg.state = nxt
 
 
 class UserAgent:
@@ -147,9 +82,9 @@ class UserAgent:
             if self.settings.auth_users
             else None
         )
-        self._legs: dict[str, _Leg] = {}
-        self._by_dialog: dict[DialogId, _Leg] = {}
-        self._by_tx: dict[ServerTransaction, _Leg] = {}
+        self._legs: dict[str, Leg] = {}
+        self._by_dialog: dict[DialogId, Leg] = {}
+        self._by_tx: dict[ServerTransaction, Leg] = {}
         self._out: list[tuple[bytes, Peer]] = []
         self._events: deque[UaEvent] = deque()
         self._host = "127.0.0.1"
@@ -278,7 +213,7 @@ class UserAgent:
             top = msg.top_via
             stamped = top.with_received(peer.host, peer.port)
             if stamped is not top:
-                msg = msg.replace(headers=_replace_top_via(msg, str(stamped)))
+                msg = msg.replace(headers=replace_top_via(msg, str(stamped)))
         except SipParseError:
             self._stateless(msg, peer, 400, "Bad Via header")
             return
@@ -351,7 +286,7 @@ class UserAgent:
         headers: Iterable[tuple[str, str]] = (),
         *,
         now: float,
-        leg: _Leg | None = None,
+        leg: Leg | None = None,
         body: bytes = b"",
     ) -> None:
         extra = list(headers)
@@ -449,7 +384,7 @@ class UserAgent:
         except SipParseError as exc:
             self._respond(tx, 400, f"Bad {exc.header or 'Request'} header", now=now)
             return
-        leg = _Leg(leg_id, req, peer, tx, dialog=dialog)
+        leg = Leg(leg_id, req, peer, tx, dialog=dialog)
         if session.session_expires is not None:
             # The timer starts when we answer; until then the INVITE transaction guards us.
             leg.session_headers = session.headers
@@ -484,7 +419,7 @@ class UserAgent:
             leg.ok.ack_received()
             leg.ok = None
         if leg.state == "answered":
-            _go(leg, "ack")
+            advance(leg, "ack")
             self._events.append(ev.CallConfirmed(leg.id))
 
     def _on_cancel(
@@ -500,27 +435,27 @@ class UserAgent:
             self._finish(leg, now)
             self._events.append(ev.CallCancelled(leg.id))
 
-    def _on_bye(self, leg: _Leg, req: Request, tx: ServerTransaction, now: float) -> None:
+    def _on_bye(self, leg: Leg, req: Request, tx: ServerTransaction, now: float) -> None:
         self._respond(tx, 200, now=now, leg=leg)
         if leg.state != "ended":
             self._finish(leg, now)
             self._events.append(ev.CallEnded(leg.id, "remote hangup"))
 
-    def _on_reinvite(self, leg: _Leg, req: Request, tx: ServerTransaction, now: float) -> None:
+    def _on_reinvite(self, leg: Leg, req: Request, tx: ServerTransaction, now: float) -> None:
         if leg.reinvite_tx is not None or leg.state == "incoming":
             self._respond(tx, 491, now=now, leg=leg)  # RFC 3261 §14.2: glare
             return
         leg.reinvite_tx, leg.reinvite = tx, req
         self._events.append(ev.ReInvite(leg.id, req.body or None))
 
-    def _on_update(self, leg: _Leg, req: Request, tx: ServerTransaction, now: float) -> None:
+    def _on_update(self, leg: Leg, req: Request, tx: ServerTransaction, now: float) -> None:
         if req.body:
             # Offers in UPDATE (RFC 3311) are not used by trunks for audio-only calls.
             self._respond(tx, 488, now=now, leg=leg)
             return
         self._respond(tx, 200, headers=self._refresh(leg, req, now), now=now, leg=leg)
 
-    def _refresh(self, leg: _Leg, req: Request, now: float) -> tuple[tuple[str, str], ...]:
+    def _refresh(self, leg: Leg, req: Request, now: float) -> tuple[tuple[str, str], ...]:
         """A re-INVITE or UPDATE refreshed the session (RFC 4028 §9)."""
         try:
             session = negotiate_uas(
@@ -539,8 +474,8 @@ class UserAgent:
             leg.session.refreshed(now, se.delta, session.we_refresh)
         return session.headers
 
-    def _on_info(self, leg: _Leg, req: Request, tx: ServerTransaction, now: float) -> None:
-        digit = _dtmf_from_info(req)
+    def _on_info(self, leg: Leg, req: Request, tx: ServerTransaction, now: float) -> None:
+        digit = dtmf_from_info(req)
         if digit is None and req.body:
             self._respond(tx, 415, headers=(("Accept", ACCEPT),), now=now, leg=leg)
             return
@@ -548,7 +483,7 @@ class UserAgent:
         if digit is not None:
             self._events.append(ev.InfoDtmf(leg.id, digit))
 
-    def _on_notify(self, leg: _Leg, req: Request, tx: ServerTransaction, now: float) -> None:
+    def _on_notify(self, leg: Leg, req: Request, tx: ServerTransaction, now: float) -> None:
         if leg.refer is None:
             self._respond(tx, 481, now=now, leg=leg)
             return
@@ -561,7 +496,7 @@ class UserAgent:
                 leg.refer = None
 
     def _on_in_dialog_options(
-        self, leg: _Leg, req: Request, tx: ServerTransaction, now: float
+        self, leg: Leg, req: Request, tx: ServerTransaction, now: float
     ) -> None:
         self._respond(
             tx, 200, headers=(("Allow", ALLOW), ("Supported", SUPPORTED)), now=now, leg=leg
@@ -601,7 +536,7 @@ class UserAgent:
 
     # --- actions -------------------------------------------------------------------------
 
-    def _leg(self, leg_id: str) -> _Leg:
+    def _leg(self, leg_id: str) -> Leg:
         try:
             return self._legs[leg_id]
         except KeyError:
@@ -624,7 +559,7 @@ class UserAgent:
         )
         leg.server_tx.send_response(resp, now)
         leg.dialog.confirm()
-        _go(leg, "answer")
+        advance(leg, "answer")
         leg.ok = OkRetransmitter(resp, now, self.settings.timers)
         if leg.session_interval:
             leg.session = SessionTimer(leg.session_interval, leg.session_we_refresh, now)
@@ -689,7 +624,7 @@ class UserAgent:
         leg.refer = ReferSubscription(req.cseq.seq)
         self._send_in_dialog(leg, req, now)
 
-    def _send_in_dialog(self, leg: _Leg, req: Request, now: float) -> None:
+    def _send_in_dialog(self, leg: Leg, req: Request, now: float) -> None:
         tx = self.transactions.send_request(
             req, now, reliable=leg.peer.transport == "tcp", peer=leg.peer
         )
@@ -698,7 +633,7 @@ class UserAgent:
     # --- ending ----------------------------------------------------------------------------
 
     def _end(
-        self, leg: _Leg, reason: str, now: float, *, send_bye: bool, notify: bool = True
+        self, leg: Leg, reason: str, now: float, *, send_bye: bool, notify: bool = True
     ) -> None:
         if leg.state == "ended":
             return
@@ -711,8 +646,8 @@ class UserAgent:
         if notify:
             self._events.append(ev.CallEnded(leg.id, reason))
 
-    def _finish(self, leg: _Leg, now: float) -> None:
-        _go(leg, "end")
+    def _finish(self, leg: Leg, now: float) -> None:
+        advance(leg, "end")
         leg.ok = None
         leg.session = None
         if leg.reinvite_tx is not None:
@@ -733,29 +668,3 @@ class UserAgent:
     @property
     def leg_count(self) -> int:
         return len(self._legs)
-
-
-def _replace_top_via(msg: Request, top: str):  # type: ignore[no-untyped-def]
-    vias = msg.headers.get_all("Via")
-    headers = msg.headers.remove("Via")
-    for value in reversed([top, *vias[1:]]):
-        headers = headers.prepend("Via", value)
-    return headers
-
-
-def _dtmf_from_info(req: Request) -> str | None:
-    """The digit in an INFO body: ``Signal=5`` (dtmf-relay) or ``5`` (application/dtmf)."""
-    ctype = (req.content_type or "").lower()
-    text = req.body.decode("utf-8", "replace").strip()
-    if ctype.startswith("application/dtmf-relay"):
-        for line in text.splitlines():
-            name, _, value = line.partition("=")
-            if name.strip().lower() == "signal":
-                text = value.strip()
-                break
-        else:
-            return None
-    elif not ctype.startswith("application/dtmf"):
-        return None
-    digit = text.upper()
-    return digit if digit in DTMF_DIGITS else None
