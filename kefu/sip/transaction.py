@@ -62,14 +62,16 @@ __all__ = [
 Message = Request | Response
 
 
-def __getattr__(name: str) -> object:
-    # TransactionLayer and Outgoing moved to transaction_layer, which imports this module;
-    # resolving them on first use keeps this import path working without an import cycle.
-    if name in ("Outgoing", "TransactionLayer"):
-        from kefu.sip import transaction_layer
+if not TYPE_CHECKING:  # type checkers see the real imports above and keep flagging typos
 
-        return getattr(transaction_layer, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    def __getattr__(name: str) -> object:
+        # TransactionLayer and Outgoing moved to transaction_layer, which imports this module;
+        # resolving them on first use keeps this import path working without an import cycle.
+        if name in ("Outgoing", "TransactionLayer"):
+            from kefu.sip import transaction_layer
+
+            return getattr(transaction_layer, name)
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True, slots=True)

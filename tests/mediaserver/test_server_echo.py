@@ -36,15 +36,23 @@ class Trunk(asyncio.DatagramProtocol):
         msg = parse_message(data)
         self.inbox.put_nowait(msg if isinstance(msg, Response) else data)
 
-    async def expect(self, status: int, timeout: float = 3.0) -> Response:
+    async def expect(self, status: int, wait: float = 3.0) -> Response:
         while True:
-            msg = await asyncio.wait_for(self.inbox.get(), timeout)
+            msg = await asyncio.wait_for(self.inbox.get(), wait)
             if isinstance(msg, Response) and msg.status == status:
                 return msg
 
 
-def sip(method: str, port: int, rtp_port: int | None = None, *, cseq: int = 1, to_tag: str = "",
-        branch: str = "z9hG4bK-a", call_id: str = "echo-1") -> bytes:
+def sip(
+    method: str,
+    port: int,
+    rtp_port: int | None = None,
+    *,
+    cseq: int = 1,
+    to_tag: str = "",
+    branch: str = "z9hG4bK-a",
+    call_id: str = "echo-1",
+) -> bytes:
     body = ""
     if rtp_port is not None:
         body = (
@@ -102,8 +110,9 @@ async def test_echo_call_round_trip(server: KefuServer) -> None:
     answer = ok.body.decode()
     kefu_rtp = int(answer.split("m=audio ")[1].split()[0])
     tag = ok.to.tag or ""
-    trunk.transport.sendto(sip("ACK", port, cseq=1, to_tag=tag, branch="z9hG4bK-ack"),
-                           server.sip_address)
+    trunk.transport.sendto(
+        sip("ACK", port, cseq=1, to_tag=tag, branch="z9hG4bK-ack"), server.sip_address
+    )
     phone.start(("127.0.0.1", kefu_rtp), codec_info("PCMU"), 0, 101)
     sent = tone(1.0)
     phone.play(PcmTrack(sent, 8000))
@@ -125,8 +134,9 @@ async def test_echo_call_round_trip(server: KefuServer) -> None:
     phone.send_dtmf("7")
     await asyncio.sleep(0.4)
     assert 'kefu_dtmf_total{source="rfc4733"} 1.0' in server.metrics_text().decode()
-    trunk.transport.sendto(sip("BYE", port, cseq=2, to_tag=tag, branch="z9hG4bK-bye"),
-                           server.sip_address)
+    trunk.transport.sendto(
+        sip("BYE", port, cseq=2, to_tag=tag, branch="z9hG4bK-bye"), server.sip_address
+    )
     await trunk.expect(200)
     await asyncio.sleep(0.1)
     assert server.calls == {}

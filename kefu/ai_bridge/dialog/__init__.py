@@ -1,0 +1,1 @@
+"""Dialog: NLU, knowledge base, retrieval, LLM client and the dialog manager."""

@@ -1,0 +1,1 @@
+"""The ears of the AI agent: voice activity, end of turn, speech recognition."""

@@ -1,0 +1,1 @@
+"""Speech recognition backends behind one interface (:mod:`.base`)."""

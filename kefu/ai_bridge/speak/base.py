@@ -1,0 +1,148 @@
+"""The one streaming TTS interface every voice engine implements.
+
+An engine turns a reply into a stream of :class:`TtsChunk`, one per clause, so the first
+packet can leave while the rest of the answer is still being synthesised. Synthesis is
+CPU-bound and runs in the engine's own single-thread executor; the async side only awaits.
+
+Cancellation contract (barge-in): synthesis is driven by the consumer. When the consumer
+stops iterating (``aclose()``, ``break``) or its task is cancelled, the pending clause future
+is cancelled and no further clause is submitted. At most one clause that has already
+started in the executor runs to completion and its result is discarded (a C call cannot be
+interrupted halfway).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+from numpy.typing import NDArray
+
+from kefu.errors import LocalError
+
+EMOTIONS: tuple[str, ...] = ("neutral", "happy", "sad", "angry", "fearful", "surprised")
+"""The six emotions every engine accepts; anything else is rejected with ``TtsError``."""
+
+
+class TtsError(LocalError, ValueError):
+    """A TTS request was invalid (unknown emotion, bad rate) or the engine is not ready."""
+
+
+@dataclass(frozen=True, slots=True)
+class PhonemeMark:
+    """One phoneme and where it sounds inside its chunk (drives the avatar's visemes)."""
+
+    phoneme: str
+    """The phoneme symbol: IPA for piper, espeak mnemonic or IPA for espeak-ng."""
+    start_ms: float
+    """Start, in milliseconds from the first sample of the chunk."""
+    duration_ms: float
+    """How long the phoneme sounds, in milliseconds."""
+
+
+@dataclass(frozen=True, slots=True)
+class TtsChunk:
+    """The audio of one clause (or one pause), ready to be packetised."""
+
+    pcm: NDArray[np.int16] = field(repr=False)
+    """Mono signed 16-bit samples."""
+    sample_rate: int
+    """Samples per second of ``pcm`` (22050 for both embedded engines)."""
+    text: str
+    """The clause this audio speaks (empty for a pure pause)."""
+    phonemes: tuple[PhonemeMark, ...] = ()
+    """Phoneme timings relative to the chunk start, in order."""
+    is_last: bool = False
+    """True on the final chunk of one ``synthesize()`` call."""
+
+    @property
+    def duration_ms(self) -> float:
+        """Length of the audio in milliseconds."""
+        return 1000.0 * len(self.pcm) / self.sample_rate
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of PCM held (the cache's budget unit)."""
+        return int(self.pcm.nbytes)
+
+
+@runtime_checkable
+class TtsEngine(Protocol):
+    """What the router, the cache and the outbound track rely on."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def languages(self) -> tuple[str, ...]: ...
+
+    @property
+    def sample_rate(self) -> int: ...
+
+    @property
+    def ready(self) -> bool: ...
+
+    @property
+    def error(self) -> str | None: ...
+
+    def synthesize(
+        self, text: str, *, emotion: str = "neutral", rate: float = 1.0
+    ) -> AsyncIterator[TtsChunk]: ...
+
+
+def check_request(emotion: str, rate: float) -> None:
+    """Reject what no engine can honour, before any work is queued."""
+    if emotion not in EMOTIONS:
+        raise TtsError(f"unknown emotion {emotion!r}; expected one of {', '.join(EMOTIONS)}")
+    if not 0.25 <= rate <= 4.0:
+        raise TtsError(f"rate {rate} outside 0.25..4.0")
+
+
+def silence_chunk(pause_ms: float, sample_rate: int, *, is_last: bool = False) -> TtsChunk:
+    """A pause as audio, so the outbound track keeps its pacing through SSML breaks."""
+    samples = round(sample_rate * pause_ms / 1000.0)
+    return TtsChunk(
+        pcm=np.zeros(samples, dtype=np.int16),
+        sample_rate=sample_rate,
+        text="",
+        is_last=is_last,
+    )
+
+
+def with_last_flag(chunk: TtsChunk, is_last: bool) -> TtsChunk:
+    if chunk.is_last == is_last:
+        return chunk
+    return TtsChunk(chunk.pcm, chunk.sample_rate, chunk.text, chunk.phonemes, is_last)
+
+
+async def run_jobs(
+    executor: concurrent.futures.Executor,
+    jobs: Sequence[Callable[[], TtsChunk]],
+    *,
+    lookahead: int = 1,
+) -> AsyncIterator[TtsChunk]:
+    """Run clause jobs in ``executor`` in order, yielding each result as it is ready.
+
+    ``lookahead`` jobs are submitted ahead of the consumer so a consumer that paces itself
+    to real time finds the next clause already rendered; the executor has one thread, so
+    the extra submission costs no parallelism, only (on cancel) at most ``lookahead``
+    clauses of wasted work, of which the ones not yet started are cancelled outright.
+    """
+    loop = asyncio.get_running_loop()
+    pending: list[asyncio.Future[TtsChunk]] = []
+    next_job = 0
+    try:
+        while next_job < len(jobs) or pending:
+            while next_job < len(jobs) and len(pending) <= lookahead:
+                pending.append(loop.run_in_executor(executor, jobs[next_job]))
+                next_job += 1
+            chunk = await pending.pop(0)
+            is_last = next_job >= len(jobs) and not pending
+            yield with_last_flag(chunk, is_last)
+    finally:
+        for fut in pending:
+            fut.cancel()
