@@ -22,6 +22,10 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from kefu.codecs import g711
+from kefu.codecs.dtmf import dtmf_packets
+from kefu.rtp.packet import RtpPacket
+
 PCMU = 0
 PCMA = 8
 TELEPHONE_EVENT = 101
@@ -40,88 +44,30 @@ _PCAPNG_SHB = 0x0A0D0D0A
 # Fixed epoch so generated files are byte-for-byte reproducible (golden tests).
 DEFAULT_EPOCH = 1_700_000_000.0
 
-DTMF_EVENTS = {**{str(d): d for d in range(10)}, "*": 10, "#": 11, "A": 12, "B": 13}
-DTMF_EVENTS |= {"C": 14, "D": 15}
 
 Int16Array = npt.NDArray[np.int16]
 
 
-# --- G.711 ---------------------------------------------------------------------------------
-# kefu.codecs.g711 is the production codec; these vectorised ITU-T G.711 tables are the
-# private fallback for when it is absent, and the tests check both against audioop.
-
-
-def _ulaw_encode(pcm: Int16Array) -> bytes:
-    # 14-bit magnitude as in the ITU reference (and audioop): negatives round away from zero.
-    x = pcm.astype(np.int32) >> 2
-    sign = np.where(x < 0, 0x80, 0)
-    mag = np.minimum(np.where(x < 0, -x, x), 8158) + 0x21
-    exponent = np.floor(np.log2(mag)).astype(np.int32) - 5
-    mantissa = (mag >> (exponent + 1)) & 0x0F
-    return (~(sign | (exponent << 4) | mantissa) & 0xFF).astype(np.uint8).tobytes()
-
-
-def _ulaw_decode(data: bytes) -> Int16Array:
-    u = ~np.frombuffer(data, dtype=np.uint8).astype(np.int32) & 0xFF
-    exponent = (u >> 4) & 0x07
-    mag = (((u & 0x0F) << 3) + 0x84 << exponent) - 0x84
-    return np.where(u & 0x80, -mag, mag).astype(np.int16)
-
-
-def _alaw_encode(pcm: Int16Array) -> bytes:
-    x = pcm.astype(np.int32) >> 3
-    mask = np.where(x >= 0, 0xD5, 0x55)
-    x = np.where(x >= 0, x, -x - 1)
-    seg = np.searchsorted(np.array([0x1F, 0x3F, 0x7F, 0xFF, 0x1FF, 0x3FF, 0x7FF, 0xFFF]), x)
-    shift = np.where(seg < 2, 1, seg)
-    aval = (np.minimum(seg, 7) << 4) | ((x >> shift) & 0x0F)
-    aval = np.where(seg >= 8, 0x7F, aval)
-    return ((aval ^ mask) & 0xFF).astype(np.uint8).tobytes()
-
-
-def _alaw_decode(data: bytes) -> Int16Array:
-    a = np.frombuffer(data, dtype=np.uint8).astype(np.int32) ^ 0x55
-    seg = (a & 0x70) >> 4
-    t = ((a & 0x0F) << 4) + np.where(seg == 0, 8, 0x108)
-    t = np.where(seg > 1, t << np.maximum(seg - 1, 0), t)
-    return np.where(a & 0x80, t, -t).astype(np.int16)
+# --- G.711 and RTP -------------------------------------------------------------------------
 
 
 def g711_encode(pcm: Int16Array, payload_type: int) -> bytes:
-    """Encode int16 PCM as G.711 µ-law (pt 0) or A-law (pt 8)."""
-    pcm = np.asarray(pcm, dtype=np.int16)
-    if payload_type not in (PCMU, PCMA):
-        raise ValueError(f"G.711 payload type must be 0 or 8, not {payload_type}")
-    try:
-        from kefu.codecs import g711
-
-        fn = g711.ulaw_encode if payload_type == PCMU else g711.alaw_encode
-        out = fn(pcm)
-        if isinstance(out, bytes | bytearray) and len(out) == len(pcm):
-            return bytes(out)
-    except (ImportError, AttributeError, TypeError):
-        pass
-    return _ulaw_encode(pcm) if payload_type == PCMU else _alaw_encode(pcm)
+    """Encode int16 PCM as G.711 µ-law (pt 0) or A-law (pt 8) with kefu's codec."""
+    pcm = np.ascontiguousarray(pcm, dtype=np.int16)
+    if payload_type == PCMU:
+        return g711.ulaw_encode(pcm)
+    if payload_type == PCMA:
+        return g711.alaw_encode(pcm)
+    raise ValueError(f"G.711 payload type must be 0 or 8, not {payload_type}")
 
 
 def g711_decode(payload: bytes, payload_type: int) -> Int16Array:
-    """Decode a G.711 payload (pt 0 or 8) to int16 PCM."""
-    if payload_type not in (PCMU, PCMA):
-        raise ValueError(f"G.711 payload type must be 0 or 8, not {payload_type}")
-    return _ulaw_decode(payload) if payload_type == PCMU else _alaw_decode(payload)
-
-
-# --- RTP -----------------------------------------------------------------------------------
-
-
-def rtp_packet(
-    payload_type: int, seq: int, timestamp: int, ssrc: int, payload: bytes, *, marker: bool = False
-) -> bytes:
-    """A minimal RFC 3550 §5.1 RTP packet: V=2, no padding, extension or CSRCs."""
-    first = 0x80
-    second = (0x80 if marker else 0) | (payload_type & 0x7F)
-    header = struct.pack("!BBHII", first, second, seq & 0xFFFF, timestamp & 0xFFFFFFFF, ssrc)
-    return header + payload
+    """Decode a G.711 payload (pt 0 or 8) to int16 PCM with kefu's codec."""
+    if payload_type == PCMU:
+        return g711.ulaw_decode(payload)
+    if payload_type == PCMA:
+        return g711.alaw_decode(payload)
+    raise ValueError(f"G.711 payload type must be 0 or 8, not {payload_type}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,24 +77,11 @@ class DtmfEvent:
     digit: str
     """The key: 0-9, *, #, A-D (RFC 4733 §3.2 event codes 0-15)."""
     at: float
-    """Start, in seconds from the first packet; rounded down to a 20 ms packet slot."""
+    """Start, in seconds from the first packet; rounded to a 20 ms packet slot."""
     duration: float = 0.1
-    """How long the key is held, seconds (RFC 4733 §2.5.1.3 updates every packet)."""
+    """How long the key is held, seconds (RFC 4733 §2.5.1.2: one update per packet)."""
     volume: int = 10
     """Power level in -dBm0, 0-63 (RFC 4733 §2.3.4)."""
-
-
-def _dtmf_payload(event: int, end: bool, volume: int, duration: int) -> bytes:
-    # RFC 4733 §2.3: event(8) | E(1) R(1) volume(6) | duration(16)
-    return struct.pack("!BBH", event, (0x80 if end else 0) | (volume & 0x3F), duration)
-
-
-def _event_slots(event: DtmfEvent) -> list[tuple[bool, int]]:
-    """(end flag, duration in samples) for each 20 ms slot the event occupies."""
-    updates = max(1, math.ceil(round(event.duration / PTIME_S, 6)))
-    slots = [(k == updates - 1, (k + 1) * SAMPLES_PER_PACKET) for k in range(updates)]
-    # §2.5.1.4: the final packet is sent three times in all.
-    return slots + [(True, updates * SAMPLES_PER_PACKET)] * 2
 
 
 def rtp_packets_from_pcm(
@@ -164,8 +97,9 @@ def rtp_packets_from_pcm(
     """Packetise 8 kHz PCM into 20 ms G.711 RTP packets, with DTMF events in place of audio.
 
     Returns (offset in seconds, RTP packet) pairs; the offsets pace the stream. An event's
-    packets replace the audio of the slots they occupy, share the stream's SSRC and sequence
-    space, carry the timestamp of the event's first slot and set the marker on the first.
+    packets (kefu.codecs.dtmf.dtmf_packets: updates, then the end packet three times)
+    replace the audio of the slots they occupy, share the stream's SSRC and sequence space,
+    and all carry the timestamp of the event's first slot (RFC 4733 §2.5.1.1).
     """
     pcm = np.asarray(pcm, dtype=np.int16)
     n_audio = math.ceil(len(pcm) / SAMPLES_PER_PACKET)
@@ -173,37 +107,34 @@ def rtp_packets_from_pcm(
     padded[: len(pcm)] = pcm
     encoded = g711_encode(padded, payload_type)
 
-    slot_event: dict[int, tuple[int, int, bool, int, bool]] = {}
+    # slot -> (event payload, marker, first slot of the event)
+    events: dict[int, tuple[bytes, bool, int]] = {}
     for ev in sorted(dtmf, key=lambda e: e.at):
-        if ev.digit.upper() not in DTMF_EVENTS:
-            raise ValueError(f"unknown DTMF digit {ev.digit!r}")
-        if not 0 <= ev.volume <= 63:
-            raise ValueError(f"DTMF volume must be 0-63 -dBm0, not {ev.volume}")
-        start = int(round(ev.at / PTIME_S, 6))
-        for k, (end, duration) in enumerate(_event_slots(ev)):
-            if start + k in slot_event:
-                raise ValueError(f"DTMF event {ev.digit!r} at {ev.at}s overlaps another")
-            code = DTMF_EVENTS[ev.digit.upper()]
-            slot_event[start + k] = (code, start, end, duration, k == 0)
-    vol = {int(round(e.at / PTIME_S, 6)): e.volume for e in dtmf}
+        start = int(round(ev.at / PTIME_S))
+        packets = dtmf_packets(
+            ev.digit, duration_ms=int(round(ev.duration * 1000)), packet_ms=20, volume=ev.volume
+        )
+        for k, (event, marker) in enumerate(packets):
+            if start + k in events:
+                raise ValueError(f"DTMF event {ev.digit!r} at {ev.at} s overlaps another")
+            events[start + k] = (event.serialize(), marker, start)
 
-    n_slots = max([n_audio, *(s + 1 for s in slot_event)])
-    packets: list[tuple[float, bytes]] = []
+    n_slots = max([n_audio, *(slot + 1 for slot in events)])
+    silence = g711_encode(np.zeros(SAMPLES_PER_PACKET, np.int16), payload_type)
+    out: list[tuple[float, bytes]] = []
     for slot in range(n_slots):
-        seq = first_seq + slot
-        if slot in slot_event:
-            code, start, end, duration, first = slot_event[slot]
+        seq = (first_seq + slot) & 0xFFFF
+        if slot in events:
+            payload, marker, start = events[slot]
             ts = first_timestamp + start * SAMPLES_PER_PACKET
-            payload = _dtmf_payload(code, end, vol[start], duration)
-            pkt = rtp_packet(dtmf_payload_type, seq, ts, ssrc, payload, marker=first)
+            pt = dtmf_payload_type
         else:
             ts = first_timestamp + slot * SAMPLES_PER_PACKET
-            chunk = encoded[slot * SAMPLES_PER_PACKET : (slot + 1) * SAMPLES_PER_PACKET]
-            if not chunk:
-                chunk = g711_encode(np.zeros(SAMPLES_PER_PACKET, np.int16), payload_type)
-            pkt = rtp_packet(payload_type, seq, ts, ssrc, chunk, marker=slot == 0)
-        packets.append((slot * PTIME_S, pkt))
-    return packets
+            payload = encoded[slot * SAMPLES_PER_PACKET : (slot + 1) * SAMPLES_PER_PACKET]
+            payload, marker, pt = payload or silence, slot == 0, payload_type
+        pkt = RtpPacket(pt, seq, ts & 0xFFFFFFFF, ssrc, payload, marker=marker)
+        out.append((slot * PTIME_S, pkt.serialize()))
+    return out
 
 
 # --- pcap writing --------------------------------------------------------------------------

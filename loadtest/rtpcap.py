@@ -17,6 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
+from kefu.codecs.dtmf import EVENT_TO_DIGIT
+from kefu.errors import RtpError
+from kefu.rtp.packet import RtpPacket, is_rtcp
 from loadtest.pcap import (
     LINKTYPE_ETHERNET,
     LINKTYPE_LINUX_SLL,
@@ -35,7 +38,6 @@ from loadtest.pcap import (
 Address = tuple[str, int]
 # A stream whose timestamps claim more than this is corrupt, not long: refuse to allocate it.
 _MAX_RENDER_SECONDS = 3600
-_DTMF_DIGITS = "0123456789*#ABCD"
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,8 +55,8 @@ class UdpDatagram:
 
 
 @dataclass(frozen=True, slots=True)
-class RtpPacket:
-    """The fields of an RTP packet this analysis needs (RFC 3550 §5.1)."""
+class CapturedRtp:
+    """An RTP packet as captured: its arrival and the fields analysis needs (RFC 3550 §5.1)."""
 
     arrival: float
     """Capture timestamp, seconds since the epoch."""
@@ -125,27 +127,20 @@ def udp_datagrams(capture: Capture | str | Path) -> list[UdpDatagram]:
     return out
 
 
-def parse_rtp(data: bytes, arrival: float = 0.0) -> RtpPacket | None:
-    """Parse RTP, or None for anything else on the wire (SIP, RTCP, STUN, garbage).
+def parse_rtp(data: bytes, arrival: float = 0.0) -> CapturedRtp | None:
+    """Parse RTP (kefu.rtp.packet), or None for anything else on the wire.
 
     SIP cannot pass: its first byte is an upper-case ASCII letter, whose top bits read as
-    version 1. RTCP is told apart by its packet types 200-204 (RFC 5761 §4).
+    version 1. RTCP is told apart by its packet types (RFC 5761 §4).
     """
-    if len(data) < 12 or data[0] >> 6 != 2 or 72 <= data[1] & 0x7F <= 76:
+    if is_rtcp(data):
         return None
-    first, second, seq, timestamp, ssrc = struct.unpack_from("!BBHII", data)
-    offset = 12 + 4 * (first & 0x0F)
-    if first & 0x10:
-        if len(data) < offset + 4:
-            return None
-        offset += 4 + 4 * struct.unpack_from("!H", data, offset + 2)[0]
-    end = len(data)
-    if first & 0x20:
-        end -= data[-1]
-    if offset > end:
+    try:
+        p = RtpPacket.parse(data)
+    except RtpError:
         return None
-    return RtpPacket(
-        arrival, second & 0x7F, seq, timestamp, ssrc, bool(second & 0x80), data[offset:end]
+    return CapturedRtp(
+        arrival, p.payload_type, p.sequence_number, p.timestamp, p.ssrc, p.marker, p.payload
     )
 
 
@@ -190,7 +185,7 @@ class RtpStream:
     """The packets of one stream, in arrival order."""
 
     key: StreamKey
-    packets: list[RtpPacket] = field(default_factory=list)
+    packets: list[CapturedRtp] = field(default_factory=list)
 
     @property
     def audio_payload_type(self) -> int:
@@ -243,7 +238,7 @@ class RtpStream:
             duration_s=max(arrivals) - min(arrivals) if arrivals else 0.0,
         )
 
-    def _audio(self) -> list[RtpPacket]:
+    def _audio(self) -> list[CapturedRtp]:
         return [p for p in self.packets if p.payload_type in (PCMU, PCMA)]
 
     def pcm(self) -> Int16Array:
@@ -275,7 +270,7 @@ class RtpStream:
                 continue
             seen.add(p.timestamp)
             event = p.payload[0]
-            digits.append(_DTMF_DIGITS[event] if event < len(_DTMF_DIGITS) else "?")
+            digits.append(EVENT_TO_DIGIT.get(event, "?"))
         return "".join(digits)
 
 

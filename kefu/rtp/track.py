@@ -28,8 +28,12 @@ Timing model. Both sides run on the event loop's monotonic clock, one frame per 
   network/clock drift between the peer and us is absorbed (bounded, with drops counted) by
   the jitter buffer, so nothing accumulates.
 
-Decoding and encoding run inline: G.711 costs microseconds and Opus at 20 ms about 0.1 ms
-per frame (tests/rtp/bench_rtp_echo.py measures the whole echo path), well under budget.
+Decoding and encoding run inline, no executor: G.711 costs ~2 µs a frame, Opus ~70 µs to
+encode and ~20 µs to decode 20 ms (libopus via PyAV). tests/rtp/bench_rtp_echo.py measures
+the whole echo path (socket to socket) at ~75 µs CPU per echoed packet for PCMU and ~230 µs
+for Opus: 50 echoed calls take ~18 % / ~50 % of one core, and no callback blocks the loop
+for longer than one Opus encode. An executor hop would cost more than the work it moves.
+Several consumers of one inbound track must share it through aiortc's MediaRelay.
 
 ``clock`` defaults to the running loop's time(); tests pass a hand-driven one.
 """

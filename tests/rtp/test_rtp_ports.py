@@ -48,22 +48,22 @@ def test_bad_range() -> None:
 async def test_bind_pair_skips_ports_held_elsewhere() -> None:
     loop = asyncio.get_running_loop()
     squatter = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    squatter.bind(("127.0.0.1", 31001))  # the RTCP half of the first pair
+    squatter.bind(("127.0.0.1", 39001))  # the RTCP half of the first pair
     try:
-        ports = PortAllocator(31000, 31005)
+        ports = PortAllocator(39000, 39005)
         pair = await bind_pair(
             loop, "127.0.0.1", ports, asyncio.DatagramProtocol, asyncio.DatagramProtocol
         )
-        assert pair.port == 31002
+        assert pair.port == 39002
         assert ports.in_use == 1
-        assert pair.rtcp.get_extra_info("sockname")[1] == 31003
+        assert pair.rtcp.get_extra_info("sockname")[1] == 39003
         pair.rtp.close()
         pair.rtcp.close()
         ports.release(pair.port)
         squatter2 = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        squatter2.bind(("127.0.0.1", 31004))
+        squatter2.bind(("127.0.0.1", 39004))
         try:
-            small = PortAllocator(31000, 31001)
+            small = PortAllocator(39000, 39001)
             with pytest.raises(ResourceExhausted):
                 await bind_pair(
                     loop, "127.0.0.1", small, asyncio.DatagramProtocol, asyncio.DatagramProtocol

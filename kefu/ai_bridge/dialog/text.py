@@ -1,0 +1,142 @@
+"""Text helpers shared by the dialog modules: language detection, BM25 tokens, sentences.
+
+Chinese is detected by CJK ideographs alone: a caller's transcript either comes from the
+Chinese ASR (Hanzi) or the English one (Latin letters), so no statistical detector is needed.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Iterable
+
+_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+_CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
+_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+
+# Only words so common they carry no topic; "not", "no", "how", "when" stay because they
+# separate questions ("how long" vs "how much") in a small customer-service corpus.
+_EN_STOP = frozenset(
+    "a an the is are was were be been am i me my we our you your it its this that to of in on "
+    "for with at by from and or do does did can could would should will shall please hi hello "
+    "there just so".split()
+)
+_ZH_STOP = frozenset("的 了 吗 呢 吧 啊 呀 我 你 您 是 在 有 和 就 都 也 请 一下 么 嘛 个".split())
+
+_jieba_lock = threading.Lock()
+
+
+def has_cjk(text: str) -> bool:
+    return _CJK.search(text) is not None
+
+
+def detect_lang(text: str) -> str:
+    """'zh' when the text holds any CJK ideograph, else 'en'."""
+    return "zh" if has_cjk(text) else "en"
+
+
+def stem(word: str) -> str:
+    """A deliberately light English stemmer: plural/verb endings only.
+
+    Porter-style stemming over-merges in a small corpus ("order"/"orderly"); only the endings
+    that vary between paraphrases of the same question are folded.
+    """
+    if len(word) <= 3 or word.isdigit():
+        return word
+    if word.endswith("'s"):
+        word = word[:-2]
+    for suffix, repl, min_len in (
+        ("ies", "y", 5),
+        ("sses", "ss", 6),
+        ("ing", "", 6),
+        ("ed", "", 5),
+        ("es", "", 5),
+        ("s", "", 4),
+    ):
+        if word.endswith(suffix) and len(word) >= min_len and not word.endswith("ss"):
+            base = word[: len(word) - len(suffix)] + repl
+            # "shipping" -> "shipp" -> "ship": undo the doubled consonant of -ing/-ed.
+            if suffix in ("ing", "ed") and len(base) > 3 and base[-1] == base[-2]:
+                base = base[:-1]
+            return base
+    return word
+
+
+def _jieba_words(run: str) -> list[str]:
+    import jieba
+
+    # jieba initialises its dictionary lazily and not thread-safely; executors may race.
+    with _jieba_lock:
+        if not jieba.dt.initialized:
+            jieba.setLogLevel(logging.WARNING)
+            jieba.initialize()
+    return jieba.lcut_for_search(run)
+
+
+def tokenize(text: str) -> list[str]:
+    """BM25 tokens: jieba words for CJK runs, stemmed lowercase words for the rest."""
+    tokens: list[str] = []
+    pos = 0
+    for m in _CJK_RUN.finditer(text):
+        tokens.extend(_en_tokens(text[pos : m.start()]))
+        tokens.extend(w for w in _jieba_words(m.group()) if w.strip() and w not in _ZH_STOP)
+        pos = m.end()
+    tokens.extend(_en_tokens(text[pos:]))
+    return tokens
+
+
+def _en_tokens(text: str) -> Iterable[str]:
+    for w in _WORD.findall(text.lower()):
+        if w not in _EN_STOP:
+            yield stem(w)
+
+
+def warm_up() -> None:
+    """Load jieba's dictionary now (~1 s) instead of on a caller's first Chinese turn."""
+    _jieba_words("预热")
+
+
+# Sentence ends: CJK punctuation always ends a sentence; ASCII . ! ? only when followed by
+# whitespace (so "12.50" and "e.g." mid-token do not split) or at the end of the text.
+_SENT_END = re.compile(r"[。！？；!?]+[”\"')]*|\.(?:[”\"')]*)(?=\s)|\n+")
+_ABBREV = re.compile(r"(?:\b(?:e\.g|i\.e|mr|mrs|ms|dr|st|no|vs|etc|approx|a\.m|p\.m))\.$", re.I)
+
+
+def split_sentences(text: str) -> list[str]:
+    """Split a finished text into speakable sentences."""
+    splitter = SentenceSplitter()
+    out = splitter.feed(text)
+    out.extend(splitter.flush())
+    return out
+
+
+class SentenceSplitter:
+    """Incremental sentence splitter for streamed LLM tokens.
+
+    ``feed`` returns the sentences completed so far; a trailing "." is held back until the
+    next token shows whether whitespace follows (decimal points, abbreviations).
+    """
+
+    def __init__(self, min_chars: int = 2) -> None:
+        self._buf = ""
+        self._min_chars = min_chars
+
+    def feed(self, chunk: str) -> list[str]:
+        self._buf += chunk
+        out: list[str] = []
+        start = 0
+        for m in _SENT_END.finditer(self._buf):
+            candidate = self._buf[start : m.end()].strip()
+            if m.group().startswith(".") and _ABBREV.search(self._buf[start : m.end()]):
+                continue
+            if len(candidate) >= self._min_chars:
+                out.append(candidate)
+                start = m.end()
+        self._buf = self._buf[start:]
+        return out
+
+    def flush(self) -> list[str]:
+        rest = self._buf.strip()
+        self._buf = ""
+        return [rest] if rest else []
