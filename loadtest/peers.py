@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import csv
+import math
 import os
 import shutil
 import signal
@@ -27,6 +28,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import wave
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -555,7 +557,8 @@ def start_baresip(
 
     The caller's audio is ``audio_wav`` (mono 16-bit 8 kHz, read by the aufile module);
     baresip hangs up when the file ends, or when it quits after ``hangup_after`` seconds
-    (``-t``), whichever is first. Only G.711 is loaded, so the offer is PCMU + PCMA. Both
+    (``-t``, whole seconds), whichever is first; without ``hangup_after`` it quits a second
+    after the file ends. Only G.711 is loaded, so the offer is PCMU + PCMA. Both
     directions are recorded by the sndfile module (:meth:`BaresipProcess.recordings`).
     """
     home = Path(tempfile.mkdtemp(prefix="kefu-baresip-"))
@@ -576,8 +579,11 @@ def start_baresip(
     (conf / "accounts").write_text(f"<sip:caller@{ip}>;regint=0\n")
     (conf / "contacts").write_text("")
     cmd = ["baresip", "-f", str(conf), "-e", f"/dial {uri}"]
-    if hangup_after is not None:
-        cmd += ["-t", str(max(1, round(hangup_after)))]
+    if hangup_after is None:
+        # baresip stays up after the call ends at end of file: let it quit a second later
+        with wave.open(str(audio_wav), "rb") as w:
+            hangup_after = w.getnframes() / w.getframerate() + 1
+    cmd += ["-t", str(max(1, math.ceil(hangup_after)))]
     env = {**os.environ, "HOME": str(home)}
     with open(home / "baresip.log", "wb") as log:
         proc = subprocess.Popen(

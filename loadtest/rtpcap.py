@@ -252,14 +252,30 @@ class RtpStream:
         ]
         return _render(chunks)
 
-    def pcm_by_arrival(self, t0: float, rate: int = SAMPLE_RATE) -> Int16Array:
-        """G.711 audio placed by capture arrival time relative to ``t0``: what a listener at
-        the capture point heard, and how to line two directions up for an echo check."""
-        chunks = [
-            (int(round((p.arrival - t0) * rate)), g711_decode(p.payload, p.payload_type))
-            for p in self._audio()
-        ]
-        return _render(chunks)
+    def pcm_by_arrival(
+        self, t0: float, rate: int = SAMPLE_RATE, *, per_packet: bool = False
+    ) -> Int16Array:
+        """G.711 audio on the capture's clock, sample 0 being ``t0``: how to line two
+        directions up for an echo check.
+
+        By default packets are placed by RTP timestamp, shifted by the median transit
+        (arrival minus timestamp) of the stream: what a receiver's jitter buffer plays, and
+        robust to a few late packets. ``per_packet`` puts every packet at its own arrival
+        instead, showing the jitter; sub-sample shifts between packets then lower the
+        correlation of otherwise identical audio.
+        """
+        audio = self._audio()
+        if not audio:
+            return np.zeros(0, dtype=np.int16)
+        arrivals = [int(round((p.arrival - t0) * rate)) for p in audio]
+        if per_packet:
+            offsets = arrivals
+        else:
+            rel = [_signed32(p.timestamp - audio[0].timestamp) for p in audio]
+            transit = int(np.median([a - r for a, r in zip(arrivals, rel, strict=True)]))
+            offsets = [transit + r for r in rel]
+        decoded = [g711_decode(p.payload, p.payload_type) for p in audio]
+        return _render(list(zip(offsets, decoded, strict=True)))
 
     def dtmf_digits(self) -> str:
         """RFC 4733 events, one digit per event (retransmitted ends counted once)."""

@@ -49,17 +49,20 @@ def _erf(x: np.ndarray) -> np.ndarray:
     poly = t * (
         0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))
     )
-    return sign * (1.0 - poly * np.exp(-a * a))
+    out: np.ndarray = sign * (1.0 - poly * np.exp(-a * a))
+    return out
 
 
 def _gelu(x: np.ndarray) -> np.ndarray:
-    return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
+    out: np.ndarray = 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
+    return out
 
 
 def _layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
     mean = x.mean(axis=-1, keepdims=True)
     var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
-    return (x - mean) / np.sqrt(var + _LN_EPS) * w + b
+    out: np.ndarray = (x - mean) / np.sqrt(var + _LN_EPS) * w + b
+    return out
 
 
 class _Layer:
@@ -96,7 +99,8 @@ class _Layer:
         ctx = (probs @ v).transpose(0, 2, 1, 3).reshape(b, n, d)
         x = _layer_norm(x + ctx @ self.ao_w + self.ao_b, self.ln1_w, self.ln1_b)
         h = _gelu(x @ self.in_w + self.in_b)
-        return _layer_norm(x + h @ self.out_w + self.out_b, self.ln2_w, self.ln2_b)
+        out: np.ndarray = _layer_norm(x + h @ self.out_w + self.out_b, self.ln2_w, self.ln2_b)
+        return out
 
 
 class Embedder:
@@ -152,7 +156,8 @@ class Embedder:
         return out
 
     def embed_one(self, text: str) -> np.ndarray:
-        return self.embed([text])[0]
+        out: np.ndarray = self.embed([text])[0]
+        return out
 
     def _forward(self, batch: list[list[int]]) -> np.ndarray:
         n = max(len(ids) for ids in batch)
@@ -166,6 +171,9 @@ class Embedder:
         mask_add = ((1.0 - mask) * _MASK_NEG)[:, None, None, :]
         for layer in self._layers:
             x = layer(x, mask_add)
-        pooled = (x * mask[:, :, None]).sum(axis=1) / np.maximum(mask.sum(axis=1, keepdims=True), 1e-9)
+        pooled = (x * mask[:, :, None]).sum(axis=1) / np.maximum(
+            mask.sum(axis=1, keepdims=True), 1e-9
+        )
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
-        return (pooled / np.maximum(norms, 1e-12)).astype(np.float32)
+        out: np.ndarray = (pooled / np.maximum(norms, 1e-12)).astype(np.float32)
+        return out

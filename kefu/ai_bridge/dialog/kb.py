@@ -108,13 +108,18 @@ class KbEntry:
             answer=str(d["answer"]),
             intent=str(d.get("intent", "")),
             lang=str(d.get("lang", "en")),
-            tags=tuple(str(t) for t in d.get("tags", []) or []),  # type: ignore[union-attr]
-            alt_questions=tuple(str(q) for q in d.get("alt_questions", []) or []),  # type: ignore[union-attr]
+            tags=tuple(str(t) for t in _as_list(d.get("tags"))),
+            alt_questions=tuple(str(q) for q in _as_list(d.get("alt_questions"))),
             source=str(d.get("source", "")),
         )
 
     def phrasings(self) -> tuple[str, ...]:
+        """The question and its alternatives."""
         return (self.question, *self.alt_questions)
+
+
+def _as_list(value: object) -> list[object]:
+    return list(value) if isinstance(value, list | tuple) else []
 
 
 @dataclass(frozen=True, slots=True)
@@ -427,12 +432,16 @@ def parse_files(paths: Sequence[str | Path]) -> list[KbEntry]:
             raise KbImportError(path, 0, "no entries found")
         for e in parsed:
             if e.id in seen_ids:
-                raise KbImportError(path, _line(e), f"duplicate id {e.id!r} (first at {seen_ids[e.id]})")
+                raise KbImportError(
+                    path, _line(e), f"duplicate id {e.id!r} (first at {seen_ids[e.id]})"
+                )
             seen_ids[e.id] = e.source
             for q in e.phrasings():
                 key = (e.lang, q.casefold())
                 if key in seen_q:
-                    raise KbImportError(path, _line(e), f"duplicate question {q!r} (first at {seen_q[key]})")
+                    raise KbImportError(
+                        path, _line(e), f"duplicate question {q!r} (first at {seen_q[key]})"
+                    )
                 seen_q[key] = e.source
             entries.append(e)
     return entries
@@ -472,7 +481,11 @@ def build_index(entries: Sequence[KbEntry], out_dir: Path, embedder: Embedder | 
     (out_dir / "entries.json").write_text(
         json.dumps([e.to_json() for e in entries], ensure_ascii=False, indent=1), encoding="utf-8"
     )
-    meta = {"format": FORMAT_VERSION, "model": MODEL_NAME if len(rows) else None, "entries": len(entries)}
+    meta = {
+        "format": FORMAT_VERSION,
+        "model": MODEL_NAME if len(rows) else None,
+        "entries": len(entries),
+    }
     (out_dir / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
 
 
@@ -555,7 +568,9 @@ class KnowledgeBase:
         d = Path(directory)
         meta = json.loads((d / "meta.json").read_text(encoding="utf-8"))
         if meta.get("format") != FORMAT_VERSION:
-            raise KbImportError(d / "meta.json", 1, f"index format {meta.get('format')} unsupported")
+            raise KbImportError(
+                d / "meta.json", 1, f"index format {meta.get('format')} unsupported"
+            )
         raw = json.loads((d / "entries.json").read_text(encoding="utf-8"))
         entries = [KbEntry.from_json(x) for x in raw]
         bm25 = bm25s.BM25.load(str(d / "bm25"), show_progress=False)

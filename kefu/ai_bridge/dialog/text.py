@@ -71,7 +71,7 @@ def _jieba_words(run: str) -> list[str]:
         if not jieba.dt.initialized:
             jieba.setLogLevel(logging.WARNING)
             jieba.initialize()
-    return jieba.lcut_for_search(run)
+    return list(jieba.lcut_for_search(run))
 
 
 def tokenize(text: str) -> list[str]:

@@ -101,6 +101,8 @@ class VoiceStarted:
     """Turn opened by this voice."""
     at: float
     """Time the first voiced chunk began."""
+    audio: NDArray[np.int16] = field(repr=False, compare=False)
+    """Pre-roll + the voice that opened the turn (for partial recognizers)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -343,7 +345,9 @@ class Endpointer:
         self._voiced_total = self._voiced_run
         self._complete_hint = False
         self._mark_speech_end(t_end)
-        events.append(VoiceStarted(self._turn_id, self._speech_start_at))
+        events.append(
+            VoiceStarted(self._turn_id, self._speech_start_at, np.concatenate(self._chunks))
+        )
 
     def _tail_chunks(self) -> int:
         return max(1, round(self.config.speculate_after_ms / 1000 / _CHUNK_S))

@@ -19,14 +19,14 @@ espeak-ng knobs (``espeak_SetParameter``): ``rate`` in words per minute (175 nor
 ``pitch`` 0–100 base pitch (50 normal), ``range`` 0–100 pitch range (50 normal),
 ``volume`` 0–200 (100 normal).
 
-| emotion   | piper length / noise / noise_w / pitch / gain | espeak rate / pitch / range / volume |
-| --------- | --------------------------------------------- | ------------------------------------ |
-| neutral   | 1.00 / 0.667 / 0.80 / 1.00 / 1.00              | 175 / 50 / 50 / 100                  |
-| happy     | 0.90 / 0.75  / 0.90 / 1.07 / 1.00              | 195 / 62 / 80 / 105                  |
-| sad       | 1.20 / 0.55  / 0.60 / 0.93 / 0.75              | 140 / 36 / 20 / 80                   |
-| angry     | 0.93 / 0.80  / 0.70 / 1.02 / 1.15              | 190 / 46 / 70 / 125                  |
-| fearful   | 0.88 / 0.80  / 1.00 / 1.08 / 0.90              | 200 / 66 / 40 / 95                   |
-| surprised | 0.95 / 0.75  / 0.90 / 1.10 / 1.05              | 180 / 70 / 90 / 110                  |
+| emotion   | piper length/noise/noise_w/pitch/gain | espeak rate/pitch/range/volume |
+| --------- | ------------------------------------- | ------------------------------ |
+| neutral   | 1.00 / 0.667 / 0.80 / 1.00 / 1.00      | 175 / 50 / 50 / 100            |
+| happy     | 0.90 / 0.75  / 0.90 / 1.10 / 1.00      | 195 / 62 / 80 / 105            |
+| sad       | 1.20 / 0.55  / 0.60 / 0.90 / 0.75      | 140 / 36 / 20 / 80             |
+| angry     | 0.93 / 0.80  / 0.70 / 1.02 / 1.15      | 190 / 46 / 70 / 125            |
+| fearful   | 0.88 / 0.80  / 1.00 / 1.08 / 0.90      | 200 / 66 / 40 / 95             |
+| surprised | 0.95 / 0.75  / 0.90 / 1.12 / 1.05      | 180 / 70 / 90 / 110            |
 """
 
 from __future__ import annotations
@@ -68,11 +68,11 @@ class EspeakStyle:
 
 _PIPER: dict[str, PiperStyle] = {
     "neutral": PiperStyle(1.00, 0.667, 0.80, 1.00, 1.00),
-    "happy": PiperStyle(0.90, 0.75, 0.90, 1.07, 1.00),
-    "sad": PiperStyle(1.20, 0.55, 0.60, 0.93, 0.75),
+    "happy": PiperStyle(0.90, 0.75, 0.90, 1.10, 1.00),
+    "sad": PiperStyle(1.20, 0.55, 0.60, 0.90, 0.75),
     "angry": PiperStyle(0.93, 0.80, 0.70, 1.02, 1.15),
     "fearful": PiperStyle(0.88, 0.80, 1.00, 1.08, 0.90),
-    "surprised": PiperStyle(0.95, 0.75, 0.90, 1.10, 1.05),
+    "surprised": PiperStyle(0.95, 0.75, 0.90, 1.12, 1.05),
 }
 
 _ESPEAK: dict[str, EspeakStyle] = {

@@ -52,8 +52,10 @@ _ABBREVIATIONS = frozenset(
     "mr mrs ms dr st sr jr vs etc e.g i.e no inc ltd co corp approx dept a.m p.m u.s".split()
 )
 _ZH_CUT_AFTER = frozenset("的了是后时吗呢吧")
-_ZH_CUT_BEFORE = ("并且", "而且", "但是", "因为", "所以", "如果", "然后", "或者", "还是", "以及")
-_ZH_CUT_BEFORE += ("在", "把", "可以", "请", "我们")
+_ZH_CUT_BEFORE: tuple[str, ...] = (
+    *("并且", "而且", "但是", "因为", "所以", "如果", "然后", "或者", "还是", "以及"),
+    *("在", "把", "可以", "请", "我们"),
+)
 _CONJUNCTIONS = frozenset(
     "and but or so because which that when while if then after before until".split()
 )
@@ -334,7 +336,7 @@ def parse_ssml(document: str, *, emotion: str = "neutral", rate: float = 1.0) ->
     """
     zh = has_cjk(document)
     base = _open("speak", {"emotion": emotion}, _Style(rate=rate))
-    if not document.lstrip().startswith("<"):
+    if not is_ssml(document):
         text = normalize_text(document)
         return [Segment(text, base.emotion, base.rate)] if text else []
     stack: list[tuple[str, _Style]] = [("", base)]
@@ -372,7 +374,12 @@ def parse_ssml(document: str, *, emotion: str = "neutral", rate: float = 1.0) ->
         pos = m.end()
         if m.group(2) is None:
             continue  # comment or processing instruction
-        closing, tag, raw_attrs, self_closing = m.group(1), m.group(2).lower(), m.group(3), m.group(4)
+        closing, tag, raw_attrs, self_closing = (
+            m.group(1),
+            m.group(2).lower(),
+            m.group(3),
+            m.group(4),
+        )
         attrs = _attrs(raw_attrs)
         if tag == "break":
             if closing:
@@ -406,9 +413,7 @@ def parse_ssml(document: str, *, emotion: str = "neutral", rate: float = 1.0) ->
     for seg in segments:
         text = normalize_text(seg.text, "zh" if zh else "en")
         if text or seg.pause_ms:
-            out.append(
-                Segment(text, seg.emotion, seg.rate, seg.pitch, seg.volume, seg.pause_ms)
-            )
+            out.append(Segment(text, seg.emotion, seg.rate, seg.pitch, seg.volume, seg.pause_ms))
     return out
 
 
@@ -416,3 +421,20 @@ def is_ssml(text: str) -> bool:
     """True for a document the engines should parse rather than read aloud."""
     return text.lstrip().startswith("<speak")
 
+
+def plan_clauses(
+    text: str, *, emotion: str = "neutral", rate: float = 1.0, **split: int
+) -> list[Segment]:
+    """Plain text or SSML to one :class:`Segment` per clause (or per bare pause).
+
+    A segment's pause stays with its last clause so silence lands where SSML put it.
+    """
+    out: list[Segment] = []
+    for seg in parse_ssml(text, emotion=emotion, rate=rate):
+        clauses = split_clauses(seg.text, **split) if seg.text else []
+        for i, clause in enumerate(clauses):
+            pause = seg.pause_ms if i == len(clauses) - 1 else 0.0
+            out.append(Segment(clause, seg.emotion, seg.rate, seg.pitch, seg.volume, pause))
+        if not clauses and seg.pause_ms:
+            out.append(Segment("", seg.emotion, seg.rate, seg.pitch, seg.volume, seg.pause_ms))
+    return out

@@ -29,7 +29,7 @@ from numpy.typing import NDArray
 
 from .base import AsrNotReady, AsrResult
 
-__all__ = ["WhisperAsr", "WhisperOptions", "default_model_path"]
+__all__ = ["WhisperAsr", "WhisperOptions", "cut_repetition", "default_model_path"]
 
 log = structlog.get_logger(__name__)
 
@@ -57,12 +57,36 @@ class WhisperOptions:
     """Greedy by default: beam 5 costs ~2x for ~no WER gain on tiny.en here."""
     window: Literal["short", "full"] = "short"
     """``short``: encode only the utterance plus padding; ``full``: the 30 s window."""
-    min_window_s: float = 4.0
-    """Shortest encoder window in ``short`` mode."""
-    pad_s: float = 1.5
+    min_window_s: float = 10.0
+    """Shortest encoder window in ``short`` mode.
+
+    Held-out WER (30 piper questions): 6 s 8.7 %, 10 s 6.3 %, full 30 s 5.6 %."""
+    pad_s: float = 2.0
     """Silence appended in ``short`` mode so the decoder sees the speech end."""
     no_speech_threshold: float = 0.6
     """Above this no-speech probability (and with low log-probability) the text is dropped."""
+
+
+def cut_repetition(text: str, min_period: int = 3) -> str:
+    """Keep one copy when the words repeat themselves ("X? X? X" -> "X?").
+
+    Short windows make Whisper re-read the sentence it just read until its token cap; a
+    caller repeating three or more words back to back verbatim is rare enough that dropping
+    the copy is the better trade. Compared on words without case or punctuation because the
+    copy differs in both.
+    """
+    words = text.split()
+    keys = ["".join(ch for ch in w.lower() if ch.isalnum()) for w in words]
+    n = len(keys)
+    for start in range(n):
+        for period in range(min_period, n - start - min_period + 1):
+            overlap = n - start - period
+            # Most of a second copy must be there, up to the end of the text.
+            if overlap >= max(min_period, period // 2) and (
+                keys[start + period :] == keys[start : start + overlap]
+            ):
+                return " ".join(words[: start + period])
+    return text
 
 
 class WhisperAsr:
@@ -209,7 +233,7 @@ class WhisperAsr:
         logprob = float(result.scores[0]) if result.scores else -math.inf
         if result.no_speech_prob > self.options.no_speech_threshold and logprob < -1.0:
             return "", logprob
-        return tokenizer.decode(tokens).strip(), logprob
+        return cut_repetition(tokenizer.decode(tokens).strip()), logprob
 
     def close(self) -> None:
         """Stop the worker thread (pending decodes are cancelled)."""

@@ -1,0 +1,188 @@
+"""Intent classification: keyword/regex rules first, then nearest neighbours over examples.
+
+Rules catch the short, formulaic turns a similarity model handles badly ("yes", "no",
+"agent!") and the requests that must never be missed (asking for a human). Everything else
+goes to k-nearest-neighbour voting over example utterances: MiniLM cosine for English,
+character uni+bigram cosine for Chinese (MiniLM embeds Chinese poorly; characters carry most
+of the meaning in short Chinese requests). Examples come from data/intents.json plus every
+phrasing of the knowledge-base entries that name an intent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .embed import Embedder
+from .kb import KbEntry
+from .text import detect_lang
+
+UNKNOWN = "unknown"
+# kNN thresholds: below these the best example is too far to trust (chosen on the held-out
+# set in tests/ai_bridge/dialog/heldout_intents.jsonl: no false intents on off-topic turns).
+EN_MIN_COSINE = 0.45
+ZH_MIN_SIMILARITY = 0.30
+_K = 3
+
+# (intent, lang, pattern). Anchored patterns only fire on short, formulaic turns.
+_RULES: tuple[tuple[str, str, str], ...] = (
+    (
+        "human_agent",
+        "en",
+        r"\b(human|real person|live person|representative|operator|an agent|real agent|"
+        r"the agent|speak to (?:a|an|the|some) ?(?:one|body|person|manager|supervisor)|"
+        r"talk to (?:a|an|some) ?(?:one|body|person)|manager|supervisor)\b|^agent\W*$",
+    ),
+    ("human_agent", "zh", r"人工|真人|转接|接线员|客服人员|经理|投诉"),
+    ("greeting", "en", r"^(hi|hello|hey|hiya|good (morning|afternoon|evening))( there)?\W*$"),
+    ("greeting", "zh", r"^(你好|您好|喂|嗨|哈喽|早上好|下午好|晚上好)[\W，。！]*$"),
+    ("thanks", "en", r"^(ok(ay)?,? )?(thanks?( you)?|thank you (so|very) much|cheers)\W*$"),
+    ("thanks", "zh", r"^(好的)?[，,]?(谢谢|多谢|感谢)"),
+    ("goodbye", "en", r"^(ok(ay)?,? )?(bye|goodbye|see you|that'?s all)\b.*$"),
+    ("goodbye", "zh", r"^(再见|拜拜|没事了|就这样)"),
+    (
+        "affirm",
+        "en",
+        r"^(yes|yeah|yep|yup|sure|ok|okay|please do|go ahead|right|correct)"
+        r"( please| that's right| thanks)?\W*$",
+    ),
+    ("affirm", "zh", r"^(是|是的|好|好的|可以|嗯|对|对的|行|要)[\W，。！啊吧]*$"),
+    ("deny", "en", r"^(no|nope|nah|not now|no thanks?( you)?|no,? (that's fine|i'm good))\W*$"),
+    ("deny", "zh", r"^(不|不用|不用了|不要|不了|算了|没有|不需要)[\W，。！]*$"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class IntentResult:
+    """The classified intent of one utterance."""
+
+    intent: str
+    """Intent name, or 'unknown'."""
+    confidence: float
+    """Best similarity (kNN) or 1.0 (rule); 0 for unknown without any candidate."""
+    method: str
+    """'rule', 'knn' or 'none'."""
+    lang: str
+    """Language the utterance was classified in ('en' or 'zh')."""
+
+
+def default_examples_path() -> Path:
+    return Path(__file__).resolve().parent.parent / "data" / "intents.json"
+
+
+def load_examples(path: Path | None = None) -> dict[str, dict[str, list[str]]]:
+    data = json.loads((path or default_examples_path()).read_text(encoding="utf-8"))
+    return {i: {lang: list(v) for lang, v in langs.items()} for i, langs in data.items()}
+
+
+def _char_ngrams(text: str) -> Counter[str]:
+    chars = [c for c in text if c.isalnum()]
+    grams = Counter(chars)
+    grams.update(a + b for a, b in zip(chars, chars[1:], strict=False))
+    return grams
+
+
+def _ngram_cosine(a: Counter[str], b: Counter[str]) -> float:
+    dot = sum(v * b.get(k, 0) for k, v in a.items())
+    if not dot:
+        return 0.0
+    na = sum(v * v for v in a.values()) ** 0.5
+    nb = sum(v * v for v in b.values()) ** 0.5
+    return float(dot / (na * nb))
+
+
+class IntentClassifier:
+    """Rules + kNN. ``classify`` is CPU-bound (one embedding): run it in an executor."""
+
+    def __init__(
+        self,
+        embedder: Embedder | None,
+        examples: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
+        kb_entries: Iterable[KbEntry] = (),
+        *,
+        cache_dir: str | Path | None = None,
+    ) -> None:
+        self.embedder = embedder if embedder is not None and embedder.ready else None
+        ex = examples if examples is not None else load_examples()
+        en: list[tuple[str, str]] = []
+        zh: list[tuple[str, str]] = []
+        for intent, langs in ex.items():
+            en.extend((intent, t) for t in langs.get("en", ()))
+            zh.extend((intent, t) for t in langs.get("zh", ()))
+        for e in kb_entries:
+            if e.intent:
+                (zh if e.lang == "zh" else en).extend((e.intent, q) for q in e.phrasings())
+        self.intents = sorted({i for i, _ in en} | {i for i, _ in zh})
+        self._en_labels = [i for i, _ in en]
+        self._en_vectors = self._example_vectors([t for _, t in en], cache_dir)
+        self._zh = [(i, _char_ngrams(t)) for i, t in zh]
+        self._rules = [(i, lang, re.compile(p, re.I)) for i, lang, p in _RULES]
+
+    def _example_vectors(self, texts: list[str], cache_dir: str | Path | None) -> np.ndarray:
+        # A few hundred examples take ~2 s to embed on 2 cores: cached on disk keyed by the
+        # example texts, so only the first start after an edit pays for it.
+        if self.embedder is None:
+            return np.zeros((0, 384), np.float32)
+        path = None
+        if cache_dir is not None:
+            key = hashlib.sha256("\n".join(texts).encode()).hexdigest()[:16]
+            path = Path(cache_dir) / f"intent-vectors-{key}.npy"
+            if path.exists():
+                cached = np.load(path)
+                if cached.shape == (len(texts), 384):
+                    return np.asarray(cached, dtype=np.float32)
+        vectors = self.embedder.embed(texts)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".tmp{os.getpid()}.npy")
+            np.save(tmp, vectors)
+            os.replace(tmp, path)
+        return vectors
+
+    def rule(self, text: str, lang: str) -> str | None:
+        s = text.strip().lower()
+        for intent, rlang, pat in self._rules:
+            if rlang == lang and pat.search(s):
+                return intent
+        return None
+
+    def classify(
+        self, text: str, *, lang: str | None = None, vector: np.ndarray | None = None
+    ) -> IntentResult:
+        lang = lang or detect_lang(text)
+        hit = self.rule(text, lang)
+        if hit is not None:
+            return IntentResult(hit, 1.0, "rule", lang)
+        if lang == "zh":
+            q = _char_ngrams(text)
+            scored = [(_ngram_cosine(q, g), i) for i, g in self._zh]
+            threshold = ZH_MIN_SIMILARITY
+        else:
+            if self.embedder is None or len(self._en_vectors) == 0:
+                return IntentResult(UNKNOWN, 0.0, "none", lang)
+            v = vector if vector is not None else self.embedder.embed_one(text)
+            sims = self._en_vectors @ v
+            scored = list(zip(sims.tolist(), self._en_labels, strict=True))
+            threshold = EN_MIN_COSINE
+        if not scored:
+            return IntentResult(UNKNOWN, 0.0, "none", lang)
+        scored.sort(key=lambda p: -p[0])
+        best = scored[0][0]
+        if best < threshold:
+            return IntentResult(UNKNOWN, float(best), "none", lang)
+        # Similarity-weighted vote among the k nearest: one odd example cannot flip a turn
+        # that its neighbours agree on.
+        votes: dict[str, float] = {}
+        for s, intent in scored[:_K]:
+            votes[intent] = votes.get(intent, 0.0) + s
+        winner = max(votes, key=lambda i: votes[i])
+        conf = max(s for s, i in scored[:_K] if i == winner)
+        return IntentResult(winner, float(conf), "knn", lang)

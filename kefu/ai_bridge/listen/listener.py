@@ -1,0 +1,320 @@
+"""The per-call ears: endpointer + partials + ASR with speculative decoding.
+
+Speculative decoding: the endpointer offers the utterance after ~0.1 s of silence
+(:class:`VoicePaused`); we start the ASR then, while the caller may still resume. If they do,
+the result is discarded; if the turn ends with the same audio (same ``revision``), the
+speculative result *is* the final, so the transcript lands at (or within a few ms of) the end
+of turn instead of one decode later. A punctuated speculative result that reads as complete
+is also the semantic end-of-turn hint, which shortens the silence wait.
+
+Threading: ``feed`` runs on the event loop (VAD is ~0.2 ms per 32 ms chunk); pocketsphinx
+partials and ASR run in executors, so the loop never blocks on inference.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import structlog
+from numpy.typing import NDArray
+
+from .asr.base import AsrEngine, AsrResult, PartialRecognizer
+from .asr.partials import looks_complete
+from .endpoint import (
+    EndpointConfig,
+    Endpointer,
+    EndpointEvent,
+    TurnEnded,
+    VadModel,
+    VoicePaused,
+    VoiceResumed,
+    VoiceStarted,
+)
+
+__all__ = [
+    "EndOfTurn",
+    "FinalTranscript",
+    "ListenEvent",
+    "Listener",
+    "PartialTranscript",
+    "SpeechStarted",
+]
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class SpeechStarted:
+    turn_id: int
+    """Turn opened (ids increase by one per call)."""
+    at: float
+    """Time the caller's voice began (barge-in cue)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PartialTranscript:
+    turn_id: int
+    """Turn the words belong to."""
+    text: str
+    """Rough words so far (pocketsphinx); for cues, never for answers."""
+    at: float
+    """Time the hypothesis was available."""
+
+
+@dataclass(frozen=True, slots=True)
+class EndOfTurn:
+    turn_id: int
+    """Turn that ended."""
+    at: float
+    """Time the end was decided."""
+    speech_end_at: float
+    """Time the caller's voice stopped (latency is measured from here)."""
+    short: bool
+    """Backchannel-length voice ("uh-huh", "嗯"): do not treat as barge-in."""
+    reason: str = "silence"
+    """``silence``, ``semantic`` or ``max_length``."""
+
+
+@dataclass(frozen=True, slots=True)
+class FinalTranscript:
+    turn_id: int
+    """Turn transcribed."""
+    text: str
+    """Recognized words (may be empty)."""
+    language: str
+    """Language of ``text``."""
+    confidence: float
+    """0..1 from the engine."""
+    at: float
+    """Time the transcript was available."""
+    decode_ms: float
+    """Engine time for the decode that produced it."""
+    speculative: bool
+    """True when the decode started before the end of turn and was reused."""
+
+
+ListenEvent = SpeechStarted | PartialTranscript | EndOfTurn | FinalTranscript
+
+
+class Listener:
+    """Feed 16 kHz mono int16 (any chunk size) with ``feed``; read ``events``."""
+
+    def __init__(
+        self,
+        asr: AsrEngine,
+        *,
+        config: EndpointConfig | None = None,
+        vad: VadModel | None = None,
+        partials: PartialRecognizer | None = None,
+        asr_language: str | None = None,
+        hotwords: Sequence[str] = (),
+        speculative: bool = True,
+        is_complete: Callable[[str], bool] | None = looks_complete,
+        queue_size: int = 64,
+        clock: Callable[[], float] = time.monotonic,
+        partials_executor: Executor | None = None,
+        call_id: str | None = None,
+    ) -> None:
+        self.asr = asr
+        self.endpointer = Endpointer(config, vad)
+        self.partials = partials
+        self.asr_language = asr_language
+        self.hotwords: tuple[str, ...] = tuple(hotwords)
+        self.speculative = speculative
+        self.is_complete = is_complete
+        self.events: asyncio.Queue[ListenEvent] = asyncio.Queue(maxsize=queue_size)
+        self.dropped = 0
+        self.partials_dropped = 0
+        self._clock = clock
+        self._log = log.bind(call_id=call_id)
+        self._closed = False
+        # Speculative decode in flight or done: (turn_id, revision, task).
+        self._spec: tuple[int, int, asyncio.Task[AsrResult]] | None = None
+        self._finals: set[asyncio.Task[None]] = set()
+        self._partials_exec = partials_executor
+        self._partial_q: asyncio.Queue[tuple[int, NDArray[np.int16] | None]] = asyncio.Queue(
+            maxsize=100
+        )
+        self._partial_task: asyncio.Task[None] | None = None
+        if partials is not None:
+            self._partial_task = asyncio.get_running_loop().create_task(self._run_partials())
+
+    # -- input -----------------------------------------------------------------------------
+
+    def feed(self, pcm16k: NDArray[np.int16], now: float) -> None:
+        """Consume caller audio whose last sample arrived at ``now`` (``clock`` time)."""
+        if self._closed:
+            return
+        was_in_turn = self.endpointer.in_turn
+        events = self.endpointer.feed(pcm16k, now)
+        if was_in_turn and self.endpointer.in_turn:
+            self._push_partial_audio(self.endpointer.turn_id, pcm16k)
+        self._handle(events)
+
+    def get_timer(self) -> float | None:
+        """Deadline for :meth:`handle_timer` (only matters when audio stops arriving)."""
+        return self.endpointer.get_timer()
+
+    def handle_timer(self, now: float) -> None:
+        self._handle(self.endpointer.handle_timer(now))
+
+    async def close(self) -> None:
+        """Cancel every decode and partial in flight; no events follow."""
+        self._closed = True
+        tasks: list[asyncio.Task[Any]] = list(self._finals)
+        if self._spec is not None:
+            tasks.append(self._spec[2])
+        if self._partial_task is not None:
+            tasks.append(self._partial_task)
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._spec = None
+        self._finals.clear()
+        self.endpointer.reset()
+
+    # -- endpointer events -----------------------------------------------------------------
+
+    def _handle(self, events: list[EndpointEvent]) -> None:
+        for ev in events:
+            if isinstance(ev, VoiceStarted):
+                self._cancel_spec()
+                self._emit(SpeechStarted(ev.turn_id, ev.at))
+                self._push_partial_audio(ev.turn_id, ev.audio)
+            elif isinstance(ev, VoicePaused):
+                if self.speculative:
+                    self._start_spec(ev)
+            elif isinstance(ev, VoiceResumed):
+                self._cancel_spec()
+            elif isinstance(ev, TurnEnded):
+                self._end_turn(ev)
+
+    def _start_spec(self, ev: VoicePaused) -> None:
+        self._cancel_spec()
+        task = asyncio.get_running_loop().create_task(self._transcribe(ev.audio))
+        task.add_done_callback(functools.partial(self._on_spec_done, ev.turn_id))
+        self._spec = (ev.turn_id, ev.revision, task)
+
+    def _on_spec_done(self, turn_id: int, task: asyncio.Task[AsrResult]) -> None:
+        if task.cancelled() or task.exception() is not None or self.is_complete is None:
+            return
+        if self.is_complete(task.result().text):
+            self.endpointer.hint_complete(turn_id)
+
+    def _cancel_spec(self) -> None:
+        if self._spec is not None:
+            self._spec[2].cancel()
+            self._spec = None
+
+    def _end_turn(self, ev: TurnEnded) -> None:
+        self._emit(EndOfTurn(ev.turn_id, ev.at, ev.speech_end_at, ev.short, ev.reason))
+        self._push_partial_audio(ev.turn_id, None)
+        spec = self._spec
+        self._spec = None
+        if spec is not None and spec[0] == ev.turn_id and spec[1] == ev.revision:
+            task, speculative = spec[2], True
+            if task.done() and not task.cancelled() and task.exception() is None:
+                self._emit_final(ev.turn_id, task.result(), True)
+                return
+        else:
+            if spec is not None:
+                spec[2].cancel()
+            task = asyncio.get_running_loop().create_task(self._transcribe(ev.audio))
+            speculative = False
+        final = asyncio.get_running_loop().create_task(
+            self._await_final(ev.turn_id, task, speculative)
+        )
+        self._finals.add(final)
+        final.add_done_callback(self._finals.discard)
+
+    async def _transcribe(self, audio: NDArray[np.int16]) -> AsrResult:
+        return await self.asr.transcribe(audio, language=self.asr_language, hotwords=self.hotwords)
+
+    async def _await_final(
+        self, turn_id: int, task: asyncio.Task[AsrResult], speculative: bool
+    ) -> None:
+        try:
+            result = await task
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        except Exception as exc:  # ASR failure: the turn gets an empty transcript, not a crash
+            self._log.warning("asr_failed", turn_id=turn_id, error=str(exc))
+            result = AsrResult("", self.asr_language or "en", 0.0, 0.0)
+        self._emit_final(turn_id, result, speculative)
+
+    def _emit_final(self, turn_id: int, result: AsrResult, speculative: bool) -> None:
+        self._log.info(
+            "asr_final",
+            turn_id=turn_id,
+            decode_ms=round(result.decode_ms, 1),
+            speculative=speculative,
+            chars=len(result.text),
+        )
+        self._emit(
+            FinalTranscript(
+                turn_id,
+                result.text,
+                result.language,
+                result.confidence,
+                self._clock(),
+                result.decode_ms,
+                speculative,
+            )
+        )
+
+    # -- output ----------------------------------------------------------------------------
+
+    def _emit(self, event: ListenEvent) -> None:
+        if self._closed:
+            return
+        if self.events.full():
+            # A stalled consumer loses the oldest event, never the newest turn state.
+            self.events.get_nowait()
+            self.dropped += 1
+            self._log.warning("listen_event_dropped", dropped=self.dropped)
+        self.events.put_nowait(event)
+
+    # -- partials --------------------------------------------------------------------------
+
+    def _push_partial_audio(self, turn_id: int, pcm: NDArray[np.int16] | None) -> None:
+        if self._partial_task is None:
+            return
+        if self._partial_q.full():
+            self._partial_q.get_nowait()
+            self.partials_dropped += 1
+        self._partial_q.put_nowait((turn_id, None if pcm is None else pcm.copy()))
+
+    async def _run_partials(self) -> None:
+        assert self.partials is not None
+        loop = asyncio.get_running_loop()
+        recognizer = self.partials
+        while True:
+            turn_id, pcm = await self._partial_q.get()
+            batch = [pcm]
+            # Batch what piled up so one executor hop serves many 20 ms chunks.
+            while not self._partial_q.empty() and batch[-1] is not None:
+                nxt_turn, nxt = self._partial_q.get_nowait()
+                if nxt_turn != turn_id:
+                    batch.append(None)
+                    self._partial_q.put_nowait((nxt_turn, nxt))
+                    break
+                batch.append(nxt)
+            audio_parts = [b for b in batch if b is not None]
+            if audio_parts:
+                audio = np.concatenate(audio_parts)
+                text = await loop.run_in_executor(self._partials_exec, recognizer.feed, audio)
+                if text and self.endpointer.turn_id == turn_id and self.endpointer.in_turn:
+                    self._emit(PartialTranscript(turn_id, text, self._clock()))
+            if batch[-1] is None:
+                await loop.run_in_executor(self._partials_exec, recognizer.reset)

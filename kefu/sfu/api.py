@@ -1,0 +1,241 @@
+"""The SFU contract used by signaling: :class:`Sfu`, rooms, participants.
+
+Rooms are created by the first join and closed when the last participant leaves. Limits:
+``max_participants_per_room`` (:class:`~kefu.sfu.errors.RoomFull`) and ``max_rooms`` per
+node (:class:`~kefu.sfu.errors.SfuLimit`). Audio travels between participants as Opus
+packets through :mod:`kefu.sfu.forward` (no decoding); in-process participants
+(:meth:`Sfu.join_local`) hear a mix from :mod:`kefu.sfu.mixer`. Room events go to every
+participant's ``on_event`` and, as JSON, to its ``kefu-events`` data channel.
+
+Participants that vanish without ``leave()`` are removed when aiortc reports their
+connection ``failed``/``closed`` (ICE consent, ~30 s), or by :meth:`Sfu.sweep`, which also
+removes those that never connected and silent publishers (``idle_timeout_s``). One process
+serves all rooms here; :mod:`kefu.sfu.workers` describes sharding rooms over processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiortc import MediaStreamTrack
+
+from kefu.sfu import ice
+from kefu.sfu.errors import DuplicateParticipant, RoomFull, SfuLimit
+from kefu.sfu.forward import PacketSource
+from kefu.sfu.participant import LocalParticipant, Participant, _Member
+
+__all__ = ["LocalParticipant", "Participant", "PeerSettings", "Room", "RoomInfo", "Sfu"]
+
+ROLES = frozenset({"customer", "agent", "supervisor", "admin", "bot", "sip"})
+
+
+@dataclass(frozen=True, slots=True)
+class PeerSettings:
+    """Settings of every server-side peer connection (config section ``webrtc``)."""
+
+    ice_servers: tuple[dict[str, Any], ...] = ()
+    """RTCIceServer-like dicts (W3C webrtc-pc §4.2.1): urls, username, credential."""
+    ice_host_addresses: tuple[str, ...] | None = None
+    """Only these addresses become ICE host candidates (RFC 8445 §5.1.1.1); None = aioice's."""
+    max_participants_per_room: int = 16
+    """Join beyond this raises RoomFull."""
+    max_rooms: int = 200
+    """Creating a room beyond this raises SfuLimit."""
+    idle_timeout_s: float = 30.0
+    """sweep(): not connected, or publishing but silent, for this long means gone."""
+    forward_queue: int = 50
+    """Opus packets buffered per subscriber (1 s at 20 ms); the oldest are dropped beyond."""
+    event_queue: int = 256
+    """Room events buffered per participant until its data channel opens."""
+
+    def __post_init__(self) -> None:
+        if self.ice_host_addresses is not None:
+            object.__setattr__(self, "ice_host_addresses", ice.validate(self.ice_host_addresses))
+        if self.max_participants_per_room < 1 or self.max_rooms < 1:
+            raise ValueError("PeerSettings: limits must be >= 1")
+
+
+@dataclass(frozen=True, slots=True)
+class RoomInfo:
+    """A snapshot of one room for listings."""
+
+    room_id: str
+    """The room's id as given to join."""
+    participants: tuple[tuple[str, str], ...]
+    """(participant id, role) pairs in join order."""
+    created_at: float
+    """time.monotonic() of the first join."""
+
+
+@dataclass(eq=False)
+class Room:
+    """Participants and their published sources; owned by :class:`Sfu`."""
+
+    id: str
+    clock: Callable[[], float]
+    spawn: Callable[[Coroutine[Any, Any, None]], None]
+    on_empty: Callable[[Room], None]
+    created_at: float = 0.0
+    members: dict[str, _Member] = field(default_factory=dict)
+    sources: dict[str, PacketSource] = field(default_factory=dict)
+    closed: bool = False
+
+    def sources_for(self, member_id: str) -> list[tuple[str, PacketSource]]:
+        return [(owner, src) for owner, src in self.sources.items() if owner != member_id]
+
+    def add_source(self, owner_id: str, source: PacketSource) -> None:
+        self.sources[owner_id] = source
+        for member in list(self.members.values()):
+            if member.id != owner_id:
+                member._subscribe(owner_id, source)
+
+    def broadcast(self, event: dict[str, Any], *, sender: str | None) -> None:
+        for member in list(self.members.values()):
+            member._deliver(event)
+
+    def remove(self, member: _Member) -> None:
+        if self.members.get(member.id) is not member:
+            return
+        del self.members[member.id]
+        source = self.sources.pop(member.id, None)
+        if source is not None:
+            source.close()
+        for other in list(self.members.values()):
+            other._unsubscribe(member.id)
+        self.broadcast({"type": "participant_left", "participant": member.id}, sender=None)
+        if not self.members:
+            self.closed = True
+            self.on_empty(self)
+
+    def info(self) -> RoomInfo:
+        return RoomInfo(
+            self.id, tuple((m.id, m.role) for m in self.members.values()), self.created_at
+        )
+
+
+class Sfu:
+    """All rooms of this process (see module doc)."""
+
+    def __init__(
+        self, settings: PeerSettings, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        ice.install()
+        self.settings = settings
+        self._clock = clock
+        self._rooms: dict[str, Room] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    # --- the contract -------------------------------------------------------------------
+
+    async def join(
+        self, room_id: str, participant_id: str, *, role: str, display: str = ""
+    ) -> Participant:
+        room = self._admit(room_id, participant_id, role)
+        participant = Participant(
+            room,
+            participant_id,
+            role=role,
+            display=display,
+            settings=self.settings,
+            now=self._clock(),
+        )
+        self._enter(room, participant)
+        return participant
+
+    async def join_local(
+        self,
+        room_id: str,
+        participant_id: str,
+        role: str,
+        source: MediaStreamTrack | None,
+        *,
+        display: str = "",
+    ) -> LocalParticipant:
+        """Put an in-process track into the room, no peer connection (SIP legs, the AI)."""
+        room = self._admit(room_id, participant_id, role)
+        participant = LocalParticipant(room, participant_id, role=role, display=display)
+        self._enter(room, participant)
+        for owner_id, src in room.sources_for(participant_id):
+            participant._subscribe(owner_id, src)
+        if source is not None:
+            participant._start(source)
+        return participant
+
+    def room_exists(self, room_id: str) -> bool:
+        return room_id in self._rooms
+
+    def rooms(self) -> list[RoomInfo]:
+        return [room.info() for room in self._rooms.values()]
+
+    def participant(self, room_id: str, participant_id: str) -> _Member | None:
+        room = self._rooms.get(room_id)
+        return room.members.get(participant_id) if room else None
+
+    async def sweep(self, now: float | None = None) -> int:
+        """Remove participants gone quiet for ``idle_timeout_s``; returns how many."""
+        now = self._clock() if now is None else now
+        limit = self.settings.idle_timeout_s
+        stale: list[Any] = []
+        for room in list(self._rooms.values()):
+            for member in list(room.members.values()):
+                if isinstance(member, Participant):
+                    quiet = now - member._last_activity() > limit
+                    silent_publisher = (
+                        member.source is not None
+                        and now - (member.source.last_packet_at or member._state_since) > limit
+                    )
+                    if (member.state != "connected" and quiet) or silent_publisher:
+                        stale.append(member)
+        for member in stale:
+            await member.leave()
+        return len(stale)
+
+    async def close(self) -> None:
+        self._closed = True
+        for room in list(self._rooms.values()):
+            for member in list(room.members.values()):
+                await member.leave()  # type: ignore[attr-defined]
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    # --- internals ----------------------------------------------------------------------
+
+    def _admit(self, room_id: str, participant_id: str, role: str) -> Room:
+        if self._closed:
+            raise SfuLimit("the SFU is shutting down")
+        if role not in ROLES:
+            raise ValueError(f"unknown role {role!r}")
+        room = self._rooms.get(room_id)
+        if room is None:
+            if len(self._rooms) >= self.settings.max_rooms:
+                raise SfuLimit(f"node already hosts {self.settings.max_rooms} rooms")
+            room = Room(room_id, self._clock, self._spawn, self._drop_room, self._clock())
+            self._rooms[room_id] = room
+        elif participant_id in room.members:
+            raise DuplicateParticipant(f"{participant_id} is already in room {room_id}")
+        elif len(room.members) >= self.settings.max_participants_per_room:
+            raise RoomFull(
+                f"room {room_id} already has {self.settings.max_participants_per_room} participants"
+            )
+        return room
+
+    def _enter(self, room: Room, member: _Member) -> None:
+        room.broadcast(
+            {"type": "participant_joined", "participant": member.id, "role": member.role},
+            sender=None,
+        )
+        room.members[member.id] = member
+
+    def _drop_room(self, room: Room) -> None:
+        if self._rooms.get(room.id) is room:
+            del self._rooms[room.id]
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)

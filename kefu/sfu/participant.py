@@ -1,0 +1,393 @@
+"""Participants of a room: :class:`Participant` (a browser over an aiortc peer connection)
+and :class:`LocalParticipant` (an in-process track, e.g. a SIP leg or the AI agent).
+
+Signaling states (RFC 8829 §3.2, as aiortc implements them) allowed per call:
+
+    handle_offer   stable            -> stable   (answer returned)
+    create_offer   stable            -> have-local-offer
+    handle_answer  have-local-offer  -> stable
+
+Anything else raises :class:`~kefu.sfu.errors.BadSignalingState`. Invariants: a participant
+subscribes to every other participant's audio source exactly once; renegotiation is
+requested only in ``stable`` (otherwise it is remembered and requested after the answer);
+``leave()`` is idempotent and, once done, no task, track, socket or channel of it remains.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from aiortc import (
+    RTCConfiguration,
+    RTCDataChannel,
+    RTCIceServer,
+    RTCPeerConnection,
+    RTCRtpSender,
+    RTCSessionDescription,
+)
+from aiortc.sdp import candidate_from_sdp
+
+from kefu.sfu import ice
+from kefu.sfu.errors import BadCandidate, BadSdp, BadSignalingState, ParticipantGone
+from kefu.sfu.forward import DropOldest, EncodedTrack, PacketSource, tap_receiver
+from kefu.sfu.mixer import AudioMixer, LocalPublisher
+
+if TYPE_CHECKING:
+    from kefu.sfu.api import PeerSettings, Room
+
+EVENTS_LABEL = "kefu-events"
+MAX_SDP = 64 * 1024
+_SDP_LINE = re.compile(r"^[a-z]=[^\x00-\x08\x0b\x0c\x0e-\x1f]*$")
+
+
+def check_sdp(sdp: object, kind: str) -> str:
+    """Cheap hostile-input checks before aiortc's parser sees the text."""
+    if not isinstance(sdp, str):
+        raise BadSdp(f"{kind}: SDP must be a string")
+    if len(sdp) > MAX_SDP:
+        raise BadSdp(f"{kind}: SDP of {len(sdp)} bytes exceeds {MAX_SDP}")
+    lines = [line for line in sdp.replace("\r\n", "\n").split("\n") if line]
+    if not lines or lines[0] != "v=0":
+        raise BadSdp(f"{kind}: SDP must start with v=0 (RFC 8866 §5)")
+    for number, line in enumerate(lines, 1):
+        if not _SDP_LINE.match(line):
+            raise BadSdp(f"{kind}: SDP line {number} is not <type>=<value> (RFC 8866 §5)")
+    if not any(line.startswith("m=") for line in lines):
+        raise BadSdp(f"{kind}: SDP has no media section")
+    return sdp
+
+
+class _Member:
+    """What a room needs from any participant."""
+
+    id: str
+    room_id: str
+    role: str
+    display: str
+    on_event: Callable[[dict[str, Any]], None] | None
+
+    def _subscribe(self, owner_id: str, source: PacketSource) -> None:
+        raise NotImplementedError
+
+    def _unsubscribe(self, owner_id: str) -> None:
+        raise NotImplementedError
+
+    def _deliver(self, event: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def _last_activity(self) -> float:
+        raise NotImplementedError
+
+
+class Participant(_Member):
+    """A WebRTC participant: one server-side ``RTCPeerConnection`` (see module doc)."""
+
+    def __init__(
+        self,
+        room: Room,
+        participant_id: str,
+        *,
+        role: str,
+        display: str,
+        settings: PeerSettings,
+        now: float,
+    ) -> None:
+        self.id = participant_id
+        self.room_id = room.id
+        self.role = role
+        self.display = display
+        self.on_ice_candidate: Callable[[dict[str, Any] | None], None] | None = None
+        self.on_renegotiation_needed: Callable[[], None] | None = None
+        self.on_event: Callable[[dict[str, Any]], None] | None = None
+        self.on_state: Callable[[str], None] | None = None
+        self.state = "new"
+        self.source: PacketSource | None = None
+        self.subscriptions: dict[str, tuple[RTCRtpSender, EncodedTrack]] = {}
+        self.events_dropped = 0
+        self._room = room
+        self._settings = settings
+        self._state_since = now
+        self._closed = False
+        self._renegotiate_pending = False
+        self._channel: RTCDataChannel | None = None
+        self._outbox: DropOldest[str] = DropOldest(settings.event_queue)
+        servers = [RTCIceServer(**server) for server in settings.ice_servers]
+        # iceServers always explicit: aiortc's default is a public Google STUN server
+        self.pc = RTCPeerConnection(RTCConfiguration(iceServers=servers))
+        self.pc.on("track", self._on_track)
+        self.pc.on("datachannel", self._adopt_channel)
+        self.pc.on("connectionstatechange", self._on_connection_state)
+
+    # --- the contract -------------------------------------------------------------------
+
+    async def handle_offer(self, sdp: str) -> str:
+        self._check_open()
+        check_sdp(sdp, "offer")
+        if self.pc.signalingState != "stable":
+            raise BadSignalingState(f"offer received in state {self.pc.signalingState}")
+        try:
+            await self.pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="offer"))
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
+            raise BadSdp(f"offer rejected: {exc or type(exc).__name__}") from exc
+        except Exception as exc:  # aiortc's InvalidAccessError etc. are not ValueErrors
+            raise BadSdp(f"offer rejected: {type(exc).__name__}: {exc}") from exc
+        self._check_open()
+        for owner_id, source in self._room.sources_for(self.id):
+            self._subscribe(owner_id, source)
+        if self._channel is None:
+            self._adopt_channel(self.pc.createDataChannel(EVENTS_LABEL))
+        answer = await self.pc.createAnswer()
+        with ice.host_addresses(self._settings.ice_host_addresses):
+            await self.pc.setLocalDescription(answer)
+        self._check_open()
+        # transceivers or a channel the offer did not have need a server-side offer
+        if any(t.mid is None for t in self.pc.getTransceivers()) or self._channel_unnegotiated():
+            self._renegotiate_pending = True
+        self._after_stable()
+        self._candidates_done()
+        return str(self.pc.localDescription.sdp)
+
+    async def create_offer(self) -> str:
+        self._check_open()
+        if self.pc.signalingState != "stable":
+            raise BadSignalingState(f"cannot offer in state {self.pc.signalingState}")
+        self._renegotiate_pending = False
+        offer = await self.pc.createOffer()
+        with ice.host_addresses(self._settings.ice_host_addresses):
+            await self.pc.setLocalDescription(offer)
+        self._candidates_done()
+        return str(self.pc.localDescription.sdp)
+
+    async def handle_answer(self, sdp: str) -> None:
+        self._check_open()
+        check_sdp(sdp, "answer")
+        if self.pc.signalingState != "have-local-offer":
+            raise BadSignalingState(f"answer received in state {self.pc.signalingState}")
+        try:
+            await self.pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="answer"))
+        except Exception as exc:
+            raise BadSdp(f"answer rejected: {type(exc).__name__}: {exc}") from exc
+        self._after_stable()
+
+    async def add_ice_candidate(self, candidate: dict[str, Any] | None) -> None:
+        self._check_open()
+        if candidate is None or not candidate.get("candidate"):
+            return  # aiortc ends remote candidates itself once ICE completes
+        text = candidate["candidate"]
+        if not isinstance(text, str) or len(text) > 1024:
+            raise BadCandidate("candidate must be a string of at most 1024 characters")
+        try:
+            parsed = candidate_from_sdp(text.removeprefix("candidate:"))
+        except (ValueError, IndexError, AssertionError) as exc:  # aiortc asserts the arity
+            raise BadCandidate(f"unparsable candidate: {text[:80]!r}") from exc
+        parsed.sdpMid = candidate.get("sdpMid")
+        parsed.sdpMLineIndex = candidate.get("sdpMLineIndex")
+        try:
+            await self.pc.addIceCandidate(parsed)
+        except Exception as exc:
+            raise BadCandidate(f"candidate rejected: {exc}") from exc
+
+    def publish_event(self, event: dict[str, Any]) -> None:
+        self._room.broadcast(event, sender=self.id)
+
+    async def leave(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._room.remove(self)
+        if self.source is not None:
+            self.source.close()
+        for _, track in self.subscriptions.values():
+            track.stop()
+        self.subscriptions.clear()
+        self._outbox.close()
+        await self.pc.close()
+        self._set_state("closed")
+
+    # --- room side ----------------------------------------------------------------------
+
+    def _subscribe(self, owner_id: str, source: PacketSource) -> None:
+        if owner_id in self.subscriptions or self._closed:
+            return
+        queue = source.subscribe()
+        holder: list[RTCRtpSender] = []
+
+        def negotiated() -> str | None:
+            for transceiver in self.pc.getTransceivers():
+                if holder and transceiver.sender is holder[0]:
+                    codecs = getattr(transceiver, "_codecs", [])
+                    return str(codecs[0].mimeType) if codecs else None
+            return None
+
+        track = EncodedTrack(queue, negotiated, on_stop=lambda: source.unsubscribe(queue))
+        sender = self.pc.addTrack(track)
+        holder.append(sender)
+        self.subscriptions[owner_id] = (sender, track)
+        if self.pc.signalingState == "stable" and self.pc.remoteDescription is not None:
+            self._request_renegotiation()
+
+    def _unsubscribe(self, owner_id: str) -> None:
+        entry = self.subscriptions.pop(owner_id, None)
+        if entry is None or self._closed:
+            return
+        sender, track = entry
+        track.stop()
+        # aiortc has no removeTrack: free the sender (addTrack may reuse it) and stop sending
+        sender.replaceTrack(None)
+        for transceiver in self.pc.getTransceivers():
+            if transceiver.sender is sender:
+                receiving = transceiver.direction in ("sendrecv", "recvonly")
+                transceiver.direction = "recvonly" if receiving else "inactive"
+        self._request_renegotiation()
+
+    def _deliver(self, event: dict[str, Any]) -> None:
+        if self._closed:
+            return
+        if self.on_event is not None:
+            self.on_event(event)
+        self._outbox.put(json.dumps(event, separators=(",", ":"), ensure_ascii=False))
+        self._flush_events()
+
+    def _last_activity(self) -> float:
+        packet_at = self.source.last_packet_at if self.source else None
+        return max(self._state_since, packet_at or 0.0)
+
+    # --- aiortc callbacks ---------------------------------------------------------------
+
+    def _on_track(self, track: Any) -> None:
+        for transceiver in self.pc.getTransceivers():
+            if transceiver.receiver.track is track:
+                if track.kind == "audio" and self.source is None:
+                    self.source = PacketSource(
+                        self.id, queue_len=self._settings.forward_queue, clock=self._room.clock
+                    )
+                    tap_receiver(transceiver.receiver, transceiver, self.source)
+                    self._room.add_source(self.id, self.source)
+                else:
+                    tap_receiver(transceiver.receiver, transceiver, None)
+
+    def _adopt_channel(self, channel: RTCDataChannel) -> None:
+        if channel.label != EVENTS_LABEL or self._closed:
+            return
+        if self._channel is not None and self._channel is not channel:
+            self._channel.close()
+        self._channel = channel
+        channel.on("open", self._flush_events)
+        channel.on("message", self._on_channel_message)
+        self._flush_events()
+
+    def _on_channel_message(self, message: Any) -> None:
+        if not isinstance(message, str) or len(message) > 16 * 1024:
+            return
+        try:
+            event = json.loads(message)
+        except ValueError:
+            return
+        if isinstance(event, dict):
+            # the browser cannot speak for someone else
+            self._room.broadcast({**event, "from": self.id}, sender=self.id)
+
+    def _on_connection_state(self) -> None:
+        state = self.pc.connectionState
+        if state in ("connecting", "connected", "failed", "closed"):
+            self._set_state(state)
+        if state in ("failed", "closed") and not self._closed:
+            self._room.spawn(self.leave())
+
+    # --- helpers ------------------------------------------------------------------------
+
+    def _set_state(self, state: str) -> None:
+        if state == self.state:
+            return
+        self.state = state
+        self._state_since = self._room.clock()
+        if self.on_state is not None:
+            self.on_state(state)
+
+    def _flush_events(self) -> None:
+        channel = self._channel
+        if channel is None or channel.readyState != "open":
+            return
+        while (message := self._outbox.get_nowait()) is not None:
+            channel.send(message)
+        self.events_dropped = self._outbox.dropped
+
+    def _channel_unnegotiated(self) -> bool:
+        remote = self.pc.remoteDescription
+        return self._channel is not None and (remote is None or "m=application" not in remote.sdp)
+
+    def _request_renegotiation(self) -> None:
+        self._renegotiate_pending = True
+        if self.pc.signalingState == "stable" and self.pc.remoteDescription is not None:
+            self._after_stable()
+
+    def _after_stable(self) -> None:
+        if self._renegotiate_pending and self.on_renegotiation_needed is not None:
+            self._renegotiate_pending = False
+            # let the caller send its answer before the callback sends the next offer
+            asyncio.get_running_loop().call_soon(self._fire_renegotiation)
+
+    def _fire_renegotiation(self) -> None:
+        if not self._closed and self.on_renegotiation_needed is not None:
+            self.on_renegotiation_needed()
+
+    def _candidates_done(self) -> None:
+        # aiortc gathers before setLocalDescription returns: all candidates are in the SDP
+        if self.on_ice_candidate is not None:
+            self.on_ice_candidate(None)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ParticipantGone(f"participant {self.id} has left room {self.room_id}")
+
+
+class LocalParticipant(_Member):
+    """An in-process participant: publishes ``source``, hears the room through
+    :attr:`mixed_audio` (everyone else mixed). No peer connection, no sockets."""
+
+    def __init__(self, room: Room, participant_id: str, *, role: str, display: str) -> None:
+        self.id = participant_id
+        self.room_id = room.id
+        self.role = role
+        self.display = display
+        self.on_event: Callable[[dict[str, Any]], None] | None = None
+        self.mixed_audio = AudioMixer()
+        self.source: PacketSource | None = None
+        self._publisher: LocalPublisher | None = None
+        self._room = room
+        self._closed = False
+
+    def _start(self, track: Any) -> None:
+        self.source = PacketSource(self.id, clock=self._room.clock)
+        self._publisher = LocalPublisher(track, self.source)
+        self._room.add_source(self.id, self.source)
+
+    def publish_event(self, event: dict[str, Any]) -> None:
+        self._room.broadcast(event, sender=self.id)
+
+    async def leave(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._room.remove(self)
+        if self._publisher is not None:
+            await self._publisher.stop()
+        self.mixed_audio.stop()
+
+    def _subscribe(self, owner_id: str, source: PacketSource) -> None:
+        if not self._closed:
+            self.mixed_audio.add_source(owner_id, source)
+
+    def _unsubscribe(self, owner_id: str) -> None:
+        self.mixed_audio.remove_source(owner_id)
+
+    def _deliver(self, event: dict[str, Any]) -> None:
+        if not self._closed and self.on_event is not None:
+            self.on_event(event)
+
+    def _last_activity(self) -> float:
+        return float("inf")  # lives as long as its owner (the call) says

@@ -1,0 +1,227 @@
+"""Endpointer on synthetic sequences with hand-driven time (no sleeping)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kefu.ai_bridge.listen.endpoint import (
+    EndpointConfig,
+    Endpointer,
+    TurnEnded,
+    VoicePaused,
+    VoiceResumed,
+    VoiceStarted,
+)
+from kefu.errors import ConfigError
+
+
+class LevelVad:
+    """Fake VAD: a chunk is voice (0.9) when its mean absolute level exceeds 100."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def probability(self, chunk: np.ndarray) -> float:
+        self.calls += 1
+        return 0.9 if float(np.abs(chunk.astype(np.int32)).mean()) > 100 else 0.02
+
+    def reset(self) -> None:
+        pass
+
+
+def tone(seconds: float, level: int = 3000) -> np.ndarray:
+    """A 220 Hz tone standing for speech with :class:`LevelVad`."""
+    t = np.arange(int(seconds * 16000)) / 16000
+    return (level * np.sin(2 * np.pi * 220 * t)).astype(np.int16)
+
+
+def silence(seconds: float) -> np.ndarray:
+    return np.zeros(int(seconds * 16000), np.int16)
+
+
+class Feeder:
+    """Feeds 20 ms frames with ``now`` = audio time, like a paced RTP stream."""
+
+    def __init__(self, ep: Endpointer, t0: float = 100.0) -> None:
+        self.ep = ep
+        self.now = t0
+        self.events: list[object] = []
+
+    def feed(self, pcm: np.ndarray) -> list[object]:
+        out: list[object] = []
+        for i in range(0, len(pcm), 320):
+            frame = pcm[i : i + 320]
+            self.now += len(frame) / 16000
+            out += self.ep.feed(frame, self.now)
+        self.events += out
+        return out
+
+
+def kinds(events: list[object]) -> list[str]:
+    return [type(e).__name__ for e in events]
+
+
+def make(**kw) -> tuple[Endpointer, Feeder]:
+    ep = Endpointer(EndpointConfig(**kw), vad=LevelVad())
+    return ep, Feeder(ep)
+
+
+def test_speech_pause_speech_long_silence_is_one_turn() -> None:
+    ep, f = make()
+    f.feed(silence(0.5))
+    f.feed(tone(1.0))
+    f.feed(silence(0.25))  # a natural pause, shorter than end_silence
+    f.feed(tone(0.8))
+    ev = f.feed(silence(1.0))
+    assert kinds(f.events) == [
+        "VoiceStarted",
+        "VoicePaused",
+        "VoiceResumed",
+        "VoicePaused",
+        "TurnEnded",
+    ]
+    end = ev[-1]
+    assert isinstance(end, TurnEnded)
+    assert end.reason == "silence" and not end.short and end.turn_id == 1
+    # The end is decided end_silence after the voice stops (within one 32 ms VAD chunk).
+    assert 0.4 <= end.at - end.speech_end_at < 0.4 + 0.033
+    # Audio: pre-roll + 1.0 + 0.25 + 0.8 s + speculation tail.
+    assert 2.3 < len(end.audio) / 16000 < 2.5
+    assert ep.state == "idle"
+
+
+def test_speculative_audio_matches_final_when_caller_does_not_resume() -> None:
+    _, f = make()
+    f.feed(tone(1.0))
+    f.feed(silence(1.0))
+    paused = [e for e in f.events if isinstance(e, VoicePaused)]
+    end = [e for e in f.events if isinstance(e, TurnEnded)]
+    assert len(paused) == 1 and len(end) == 1
+    assert paused[0].revision == end[0].revision
+    assert np.array_equal(paused[0].audio, end[0].audio)
+
+
+def test_resume_changes_revision() -> None:
+    _, f = make()
+    f.feed(tone(1.0))
+    f.feed(silence(0.2))
+    f.feed(tone(0.5))
+    f.feed(silence(1.0))
+    paused = [e for e in f.events if isinstance(e, VoicePaused)]
+    end = [e for e in f.events if isinstance(e, TurnEnded)][0]
+    assert paused[0].revision != end.revision == paused[1].revision
+    resumed = [e for e in f.events if isinstance(e, VoiceResumed)][0]
+    assert resumed.turn_id == 1
+
+
+def test_caller_who_never_stops_is_cut_at_max_utterance() -> None:
+    _, f = make(max_utterance_s=5.0)
+    f.feed(tone(12.0))
+    ends = [e for e in f.events if isinstance(e, TurnEnded)]
+    starts = [e for e in f.events if isinstance(e, VoiceStarted)]
+    assert [e.reason for e in ends] == ["max_length", "max_length"]
+    assert [e.turn_id for e in starts] == [1, 2, 3]  # the third turn is still open
+    assert all(4.9 < len(e.audio) / 16000 < 5.5 for e in ends)
+
+
+def test_short_backchannel_flagged() -> None:
+    _, f = make()
+    f.feed(silence(0.3))
+    f.feed(tone(0.25))  # "uh-huh"
+    f.feed(silence(1.0))
+    end = [e for e in f.events if isinstance(e, TurnEnded)][0]
+    assert end.short
+
+
+def test_blip_shorter_than_min_speech_opens_no_turn() -> None:
+    _, f = make()
+    f.feed(silence(0.3))
+    f.feed(tone(0.05))
+    f.feed(silence(1.0))
+    assert f.events == []
+
+
+def test_pre_roll_is_kept() -> None:
+    _, f = make(pre_roll_ms=300)
+    f.feed(silence(1.0))
+    f.feed(tone(0.5))
+    f.feed(silence(1.0))
+    end = [e for e in f.events if isinstance(e, TurnEnded)][0]
+    lead = end.audio[: int(0.28 * 16000)]
+    assert np.abs(lead).max() == 0  # ~300 ms of the silence before the voice
+    assert 0.85 < len(end.audio) / 16000 < 0.95
+
+
+def test_semantic_hint_shortens_end_silence() -> None:
+    ep, f = make()
+    f.feed(tone(1.0))
+    f.feed(silence(0.1))
+    ep.hint_complete(ep.turn_id)
+    f.feed(silence(0.5))
+    end = [e for e in f.events if isinstance(e, TurnEnded)][0]
+    assert end.reason == "semantic"
+    assert end.at - end.speech_end_at < 0.2 + 0.033
+
+
+def test_hint_is_dropped_when_caller_resumes() -> None:
+    ep, f = make()
+    f.feed(tone(1.0))
+    f.feed(silence(0.1))
+    ep.hint_complete(ep.turn_id)
+    f.feed(tone(0.5))
+    f.feed(silence(1.0))
+    end = [e for e in f.events if isinstance(e, TurnEnded)][0]
+    assert end.reason == "silence"
+
+
+def test_timer_ends_turn_when_audio_stops_arriving() -> None:
+    ep, f = make()
+    f.feed(tone(1.0))
+    f.feed(silence(0.1))
+    deadline = ep.get_timer()
+    assert deadline is not None
+    assert ep.handle_timer(deadline - 0.01) == []
+    ev = ep.handle_timer(deadline)
+    assert kinds(ev) == ["TurnEnded"] and ep.get_timer() is None
+
+
+def test_any_chunk_size_gives_same_events() -> None:
+    pcm = np.concatenate([silence(0.3), tone(1.0), silence(1.0)])
+    results = []
+    for size in (160, 320, 511, 4000):
+        ep = Endpointer(vad=LevelVad())
+        evs = []
+        now = 0.0
+        for i in range(0, len(pcm), size):
+            frame = pcm[i : i + size]
+            now += len(frame) / 16000
+            evs += ep.feed(frame, now)
+        results.append([(type(e).__name__, round(e.at, 3)) for e in evs])
+    assert all(r == results[0] for r in results)
+
+
+def test_bad_config_rejected() -> None:
+    with pytest.raises(ConfigError):
+        EndpointConfig(start_threshold=0.3, end_threshold=0.5)
+    with pytest.raises(ConfigError) as exc:
+        EndpointConfig(end_silence_ms=0)
+    assert exc.value.key == "end_silence_ms"
+
+
+@pytest.mark.parametrize("kind", ["white", "clipped"])
+def test_noise_and_clipping_do_not_make_endless_speech(kind: str) -> None:
+    """Real Silero on 25 s of loud noise: no turn may outlive max_utterance_s."""
+    rng = np.random.default_rng(7)
+    noise = rng.normal(0, 8000, 25 * 16000)
+    if kind == "clipped":
+        noise = noise * 20  # hard clipping: a square-ish full-scale signal
+    pcm = np.clip(noise, -32768, 32767).astype(np.int16)
+    ep = Endpointer(EndpointConfig(max_utterance_s=20.0))
+    f = Feeder(ep)
+    f.feed(pcm)
+    f.feed(silence(1.0))
+    assert not ep.in_turn
+    for e in f.events:
+        if isinstance(e, TurnEnded):
+            assert len(e.audio) / 16000 <= 21

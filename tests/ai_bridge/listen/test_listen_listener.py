@@ -1,0 +1,190 @@
+"""Listener: speculative decoding, cancellation, event queue."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+
+from kefu.ai_bridge.listen.asr.base import AsrResult
+from kefu.ai_bridge.listen.heldout import wer
+from kefu.ai_bridge.listen.listener import (
+    EndOfTurn,
+    FinalTranscript,
+    Listener,
+    PartialTranscript,
+    SpeechStarted,
+)
+
+
+class LevelVad:
+    def probability(self, chunk: np.ndarray) -> float:
+        return 0.9 if float(np.abs(chunk.astype(np.int32)).mean()) > 100 else 0.02
+
+    def reset(self) -> None:
+        pass
+
+
+def tone(seconds: float) -> np.ndarray:
+    t = np.arange(int(seconds * 16000)) / 16000
+    return (3000 * np.sin(2 * np.pi * 220 * t)).astype(np.int16)
+
+
+class FakeClock:
+    def __init__(self, t: float = 1000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class FakeAsr:
+    name = "fake"
+    languages = ("en",)
+    ready = True
+    error = None
+
+    def __init__(self, delay: float = 0.0) -> None:
+        self.calls: list[int] = []
+        self.cancelled = 0
+        self.delay = delay
+        self.kwargs: list[dict[str, object]] = []
+
+    async def transcribe(self, pcm16k, *, language=None, hotwords=()):
+        self.calls.append(len(pcm16k))
+        self.kwargs.append({"language": language, "hotwords": tuple(hotwords)})
+        try:
+            await asyncio.sleep(self.delay)
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        return AsrResult(f"{len(pcm16k)} samples", language or "en", 0.9, 1.0)
+
+
+async def play(listener: Listener, clock: FakeClock, pcm: np.ndarray, pace: float = 0.0) -> None:
+    """20 ms frames, audio time on the fake clock; ``pace`` real seconds between frames so
+    executor work (which takes real time) can overlap the audio as it would live."""
+    for i in range(0, len(pcm), 320):
+        frame = pcm[i : i + 320]
+        clock.t += len(frame) / 16000
+        listener.feed(frame, clock.t)
+        await asyncio.sleep(pace)
+
+
+def drain(listener: Listener) -> list[object]:
+    out = []
+    while not listener.events.empty():
+        out.append(listener.events.get_nowait())
+    return out
+
+
+async def test_speculative_final_lands_at_end_of_turn(whisper, speech) -> None:
+    clock = FakeClock()
+    listener = Listener(whisper, clock=clock, is_complete=None, call_id="t1")
+    try:
+        await play(listener, clock, np.zeros(8000, np.int16))
+        await play(listener, clock, speech)
+        # The silence arrives in real time so the speculative decode can finish.
+        await play(listener, clock, np.zeros(16000, np.int16), pace=0.02)
+        for _ in range(100):
+            if any(isinstance(e, FinalTranscript) for e in list(listener.events._queue)):
+                break
+            await asyncio.sleep(0.02)
+        events = drain(listener)
+    finally:
+        await listener.close()
+    started = [e for e in events if isinstance(e, SpeechStarted)]
+    eot = [e for e in events if isinstance(e, EndOfTurn)]
+    final = [e for e in events if isinstance(e, FinalTranscript)]
+    assert len(started) == len(eot) == len(final) == 1, events
+    assert final[0].speculative
+    assert wer("I want to check the status of my order.", final[0].text) <= 0.15
+    assert final[0].at - eot[0].at <= 0.02  # within one frame of the end of turn
+    assert 0.4 <= eot[0].at - eot[0].speech_end_at < 0.45
+    assert not eot[0].short
+
+
+async def test_resume_discards_speculation() -> None:
+    clock = FakeClock()
+    asr = FakeAsr(delay=10.0)
+    listener = Listener(asr, vad=LevelVad(), clock=clock, asr_language="en", hotwords=["Kefu"])
+    await play(listener, clock, tone(1.0))
+    await play(listener, clock, np.zeros(3200, np.int16))  # 200 ms: speculation starts
+    await asyncio.sleep(0)
+    assert len(asr.calls) == 1
+    await play(listener, clock, tone(0.5))  # caller resumes
+    await asyncio.sleep(0)
+    assert asr.cancelled == 1
+    asr.delay = 0.0
+    await play(listener, clock, np.zeros(16000, np.int16))
+    await asyncio.sleep(0.01)
+    events = drain(listener)
+    await listener.close()
+    final = [e for e in events if isinstance(e, FinalTranscript)]
+    assert len(final) == 1 and final[0].speculative  # second pause's decode is the final
+    assert asr.kwargs[-1] == {"language": "en", "hotwords": ("Kefu",)}
+
+
+async def test_final_without_speculation_decodes_after_end() -> None:
+    clock = FakeClock()
+    asr = FakeAsr()
+    listener = Listener(asr, vad=LevelVad(), clock=clock, speculative=False)
+    await play(listener, clock, tone(1.0))
+    await play(listener, clock, np.zeros(16000, np.int16))
+    await asyncio.sleep(0.01)
+    events = drain(listener)
+    await listener.close()
+    assert [type(e).__name__ for e in events] == ["SpeechStarted", "EndOfTurn", "FinalTranscript"]
+    assert not events[-1].speculative and len(asr.calls) == 1
+
+
+async def test_semantic_hint_from_speculative_text_ends_turn_early() -> None:
+    clock = FakeClock()
+    listener = Listener(FakeAsr(), vad=LevelVad(), clock=clock, is_complete=lambda text: True)
+    await play(listener, clock, tone(1.0))
+    for _ in range(40):
+        await play(listener, clock, np.zeros(320, np.int16))
+        await asyncio.sleep(0.001)
+    eot = [e for e in drain(listener) if isinstance(e, EndOfTurn)][0]
+    await listener.close()
+    assert eot.reason == "semantic" and eot.at - eot.speech_end_at < 0.25
+
+
+async def test_close_cancels_work_in_flight() -> None:
+    clock = FakeClock()
+    asr = FakeAsr(delay=10.0)
+    listener = Listener(asr, vad=LevelVad(), clock=clock)
+    await play(listener, clock, tone(1.0))
+    await play(listener, clock, np.zeros(16000, np.int16))
+    await asyncio.sleep(0)
+    await listener.close()
+    assert asr.cancelled == 1
+    before = listener.events.qsize()
+    await play(listener, clock, tone(1.0))
+    assert listener.events.qsize() == before  # closed: no more events
+
+
+async def test_bounded_queue_counts_drops() -> None:
+    clock = FakeClock()
+    listener = Listener(FakeAsr(), vad=LevelVad(), clock=clock, queue_size=2, speculative=False)
+    for _ in range(3):
+        await play(listener, clock, tone(0.5))
+        await play(listener, clock, np.zeros(16000, np.int16))
+        await asyncio.sleep(0.005)
+    await listener.close()
+    assert listener.events.qsize() == 2 and listener.dropped >= 4
+
+
+async def test_partials_are_emitted_during_speech(speech) -> None:
+    from kefu.ai_bridge.listen.asr.partials import PocketsphinxPartials
+
+    clock = FakeClock()
+    listener = Listener(FakeAsr(), clock=clock, partials=PocketsphinxPartials())
+    await play(listener, clock, np.zeros(8000, np.int16))
+    await play(listener, clock, speech, pace=0.002)
+    await play(listener, clock, np.zeros(16000, np.int16), pace=0.001)
+    await asyncio.sleep(0.1)
+    events = drain(listener)
+    await listener.close()
+    partials = [e for e in events if isinstance(e, PartialTranscript)]
+    assert partials and all(p.turn_id == 1 for p in partials)
