@@ -141,7 +141,7 @@ def rtp_packets_from_pcm(
 
 
 def _ipv4_checksum(header: bytes) -> int:
-    total = sum(struct.unpack(f"!{len(header) // 2}H", header))
+    total: int = sum(struct.unpack(f"!{len(header) // 2}H", header))
     while total >> 16:
         total = (total & 0xFFFF) + (total >> 16)
     return ~total & 0xFFFF

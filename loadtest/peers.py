@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 SIPP_DIR = Path(__file__).resolve().parent / "sipp"
 LOCALHOST = "127.0.0.1"
@@ -277,10 +278,10 @@ def run_sipp(
 async def run_sipp_async(
     scenario: str | Path,
     target: str,
-    **kwargs: object,
+    **kwargs: Any,
 ) -> SippResult:
     """:func:`run_sipp` in a worker thread, so an in-process kefu keeps serving meanwhile."""
-    return await asyncio.to_thread(run_sipp, scenario, target, **kwargs)  # type: ignore[arg-type]
+    return await asyncio.to_thread(run_sipp, scenario, target, **kwargs)
 
 
 @dataclass

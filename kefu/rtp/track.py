@@ -123,6 +123,25 @@ class RtpInboundTrack(MediaStreamTrack):
         self._started.set()
 
     async def recv(self) -> av.AudioFrame:
+        return self._frame(self._pcm_for(await self._next_playout()))
+
+    async def recv_payload(self) -> bytes | None:
+        """The next frame still encoded, on the same clock as :meth:`recv`.
+
+        For a sender using this track's codec (echo): it skips decode, frame objects and
+        re-encode, the bulk of the per-packet cost. None means the frame was lost; the sender
+        leaves the slot empty and the peer's jitter buffer conceals it, as a relay would.
+        """
+        playout = await self._next_playout()
+        self._pts += self._samples
+        self.frames_out += 1
+        if playout is None or playout.payload is None:
+            self.frames_concealed += 1
+            return None
+        return playout.payload
+
+    async def _next_playout(self) -> Playout | None:
+        """Wait for the next frame slot; None only once the stream runs (then: conceal)."""
         while True:
             if self.readyState != "live":
                 raise MediaStreamError
@@ -149,7 +168,7 @@ class RtpInboundTrack(MediaStreamTrack):
             playout = self._jitter.pop(now)
             if playout is None and not self.frames_out:
                 continue  # still filling to the target delay: the call has not started
-            return self._frame(self._pcm_for(playout))
+            return playout
 
     def _pcm_for(self, playout: Playout | None) -> NDArray[np.int16]:
         if playout is not None and playout.payload is not None:
@@ -281,8 +300,13 @@ class RtpSender:
                 await self._wake.wait()
                 continue
             self._receiving = me
+            passthrough = isinstance(source, RtpInboundTrack) and source.codec == self._codec
             try:
-                frame = await source.recv()
+                if passthrough:
+                    assert isinstance(source, RtpInboundTrack)
+                    item: av.AudioFrame | bytes | None = await source.recv_payload()
+                else:
+                    item = await source.recv()  # type: ignore[assignment]
             except MediaStreamError:
                 if self._source is source:
                     self._source = None
@@ -300,10 +324,14 @@ class RtpSender:
                     self._receiving = None
             if source is not self._source:
                 continue
-            if not isinstance(frame, av.AudioFrame):
+            if passthrough:
+                await self._pace()
+                self._emit_payload(item if isinstance(item, bytes) else None)
+                continue
+            if not isinstance(item, av.AudioFrame):
                 self.bad_frames += 1
                 continue
-            for pcm in self._reframe(frame):
+            for pcm in self._reframe(item):
                 await self._pace()
                 self._emit(pcm)
 
@@ -333,6 +361,16 @@ class RtpSender:
         except (CodecError, ValueError):
             self.encode_errors += 1
             self._session.advance_timestamp(self._step)
+            return
+        data = self._session.packetize(payload, self._step, self._clock(), marker=self._marker)
+        self._marker = False
+        self.packets_sent += 1
+        self._send(data)
+
+    def _emit_payload(self, payload: bytes | None) -> None:
+        if payload is None or not self.sending:
+            self._session.advance_timestamp(self._step)
+            self._marker = True
             return
         data = self._session.packetize(payload, self._step, self._clock(), marker=self._marker)
         self._marker = False

@@ -167,3 +167,23 @@ def test_failure_is_reported() -> None:
         uac = _call(uas, "uac_cancel", "u1", extra=["-recv_timeout", "1000"])
         uas.stop()
     assert not uac.ok and uac.failed == 1 and uac.returncode == 1
+    assert uac.counter("FailedCall(C)") == 1 and uac.counter("NoSuchCounter") == 0
+
+
+def test_concurrent_echo_calls(speech_pcap: Path) -> None:
+    """Load shape: several calls at once, all replaying from the one -mp port."""
+    media = free_port()
+    with _uas("u1", "echo") as uas, TsharkCapture(ports=[media]) as cap:
+        uac = _call(uas, "uac_echo", "u1", media_port=media, calls=4, rate=20,
+                    max_concurrent=4, keys={"pcap": speech_pcap},
+                    variables={"audio_ms": 1000})  # fmt: skip
+        mimic = uas.stop()
+    try:
+        _assert_ok(uac, mimic, calls=4)
+        assert int(uac.stats[-1]["OutgoingCall(C)"]) == 4
+        # one pcap, one SSRC, one source port: the four calls share a stream key here
+        # (against kefu each call has its own kefu port, so dst_port tells them apart)
+        sent = find_stream(rtp_streams(cap.path), src_port=media)
+        assert len(sent.packets) == 200
+    finally:
+        cap.cleanup()

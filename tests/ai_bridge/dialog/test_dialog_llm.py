@@ -1,0 +1,115 @@
+"""The streaming LLM client against a local fake OpenAI-compatible server, and the splitter."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+
+import pytest
+from fake_openai import FakeLlm, serve
+
+from kefu.ai_bridge.dialog.kb import KbEntry
+from kefu.ai_bridge.dialog.llm import LlmClient, LlmConfig, LlmError, build_messages
+from kefu.ai_bridge.dialog.text import SentenceSplitter, split_sentences
+from kefu.errors import RemoteError
+
+MSGS = [{"role": "user", "content": "how long is delivery?"}]
+
+
+async def collect(client: LlmClient) -> list[str]:
+    return [s async for s in client.stream_sentences(MSGS)]
+
+
+async def test_streams_sentences_as_tokens_arrive() -> None:
+    async with serve(FakeLlm()) as fake:
+        client = LlmClient(LlmConfig(fake.base_url, model="m", api_key="k"))
+        try:
+            assert await collect(client) == [
+                "Standard delivery takes 3 to 5 days.",
+                "Express is 1 to 2 days.",
+            ]
+        finally:
+            await client.close()
+        req = fake.requests[0]
+        assert req["stream"] is True and req["model"] == "m" and req["messages"] == MSGS
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_server_down_is_llm_error() -> None:
+    client = LlmClient(LlmConfig(f"http://127.0.0.1:{free_port()}"))
+    try:
+        with pytest.raises(LlmError) as info:
+            await collect(client)
+        assert isinstance(info.value, RemoteError)
+    finally:
+        await client.close()
+
+
+@pytest.mark.parametrize(
+    ("mode", "message"),
+    [("http500", "HTTP 500"), ("garbage", "non-JSON"), ("slow_first", "within budget")],
+)
+async def test_failures_raise_llm_error(mode: str, message: str) -> None:
+    async with serve(FakeLlm(mode=mode, delay_s=1.0)) as fake:
+        client = LlmClient(LlmConfig(fake.base_url, first_token_timeout_s=0.2))
+        t0 = time.perf_counter()
+        try:
+            with pytest.raises(LlmError, match=message):
+                await collect(client)
+        finally:
+            await client.close()
+        assert time.perf_counter() - t0 < 0.6
+
+
+async def test_total_budget_applies_after_first_token() -> None:
+    async with serve(FakeLlm(mode="trickle", delay_s=1.0)) as fake:
+        client = LlmClient(LlmConfig(fake.base_url, first_token_timeout_s=0.5, total_timeout_s=0.3))
+        try:
+            with pytest.raises(LlmError, match="budget"):
+                await collect(client)
+        finally:
+            await client.close()
+
+
+async def test_cancellation_closes_the_stream() -> None:
+    async with serve(FakeLlm(mode="trickle", delay_s=5.0)) as fake:
+        client = LlmClient(LlmConfig(fake.base_url, first_token_timeout_s=1.0, total_timeout_s=10))
+        task = asyncio.create_task(collect(client))
+        await asyncio.sleep(0.2)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await client.close()
+
+
+def test_grounded_prompt_contains_passages_and_refusal_rule() -> None:
+    e = KbEntry("x", "How long is delivery?", "3 to 5 business days.", lang="en")
+    msgs = build_messages("how fast do you ship", [e], "en")
+    assert msgs[0]["role"] == "system" and "ONLY" in msgs[0]["content"]
+    assert "3 to 5 business days." in msgs[0]["content"] and "NO_ANSWER" in msgs[0]["content"]
+    assert msgs[1] == {"role": "user", "content": "how fast do you ship"}
+    assert "只能根据" in build_messages("多久", [e], "zh")[0]["content"]
+
+
+def test_splitter_waits_for_whitespace_after_a_period() -> None:
+    sp = SentenceSplitter()
+    assert sp.feed("It costs $12") == []
+    assert sp.feed(".") == []
+    assert sp.feed("50 today. Next") == ["It costs $12.50 today."]
+    assert sp.feed(" one! And") == ["Next one!"]
+    assert sp.flush() == ["And"]
+
+
+def test_split_sentences_both_languages() -> None:
+    assert split_sentences("Go to e.g. the app. Then pay.") == ["Go to e.g. the app.", "Then pay."]
+    assert split_sentences("先申请退货。快递员会上门取件！好吗？") == [
+        "先申请退货。",
+        "快递员会上门取件！",
+        "好吗？",
+    ]
