@@ -24,6 +24,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--media-mode", choices=MEDIA_MODES, help="what a call hears")
     serve.add_argument("--max-calls", type=int, metavar="N", help="most concurrent calls")
     serve.add_argument("--transfer-target", metavar="URI", help="human queue for REFER")
+    serve.add_argument("--ring-seconds", type=float, metavar="S", help="ring before answering")
+    serve.add_argument("--max-call-seconds", type=float, metavar="S", help="hang up after S")
     serve.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
     serve.add_argument("--no-uvloop", action="store_true", help="use the stock asyncio loop")
     return parser
@@ -43,6 +45,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     put("calls", "media_mode", args.media_mode)
     put("calls", "max_concurrent", args.max_calls)
     put("sip", "transfer_target", args.transfer_target)
+    put("calls", "ring_seconds", args.ring_seconds)
+    put("calls", "max_call_seconds", args.max_call_seconds)
     put("log", "level", args.log_level)
     return out
 

@@ -89,6 +89,8 @@ class CallsConfig:
     drain_timeout: float = 60.0
     max_call_seconds: float = 0.0
     """kefu hangs up after this long (0: never)."""
+    ring_seconds: float = 0.0
+    """Send 180 Ringing and wait this long before answering (0: answer at once)."""
     media_mode: str = "echo"
     prompt_wav: str | None = None
     """WAV played first in ``prompt`` mode; a built-in tone is used when unset."""

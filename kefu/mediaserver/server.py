@@ -230,6 +230,10 @@ class KefuServer:
             self._reject(call, 503, None, headers=(("Retry-After", "5"),))
             return
         call.endpoint = endpoint
+        if self.config.calls.ring_seconds > 0:
+            self.ua.ring(call.leg, time.monotonic())
+            self.sip.flush()
+            await asyncio.sleep(self.config.calls.ring_seconds)
         try:
             negotiated = answer_offer(
                 offer,

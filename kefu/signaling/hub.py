@@ -143,6 +143,10 @@ class Connection:
         except (ConnectionError, RuntimeError) as exc:
             log.info("signaling_send_failed", ip=self.ip, error=str(exc))
 
+    def unsent(self) -> list[str | _Close]:
+        """Queued items the writer never sent (valid after :meth:`stop`)."""
+        return list(self._queue)
+
     async def stop(self) -> None:
         """Stop the writer (the socket is gone)."""
         self.closing = True
@@ -176,7 +180,7 @@ class Session:
     def send(self, message: p.ServerMessage) -> None:
         if self.ended:
             return
-        if self.conn is not None:
+        if self.conn is not None and not self.conn.closing:
             self.conn.send(message)
             return
         if len(self.pending) >= self.hub.settings.max_pending:
@@ -269,6 +273,12 @@ class SignalingHub:
         await conn.stop()
         session = conn.session
         if session is not None and session.conn is conn and not session.ended:
+            # Whatever the writer had not sent yet is kept for a resume, in order.
+            unsent = [item for item in conn.unsent() if isinstance(item, str)]
+            session.pending.extendleft(reversed(unsent))
+            while len(session.pending) > self.settings.max_pending:
+                session.pending.popleft()
+                session.dropped += 1
             session.conn = None
             session.detached_at = self.clock()
             self._timer_changed.set()
@@ -521,7 +531,9 @@ class SignalingHub:
             deadline = self.get_timer()
             delay = None if deadline is None else max(0.0, deadline - self.clock())
             try:
-                await asyncio.wait_for(self._timer_changed.wait(), delay)
+                # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancel.
+                async with asyncio.timeout(delay):
+                    await self._timer_changed.wait()
             except TimeoutError:
                 pass
             self._timer_changed.clear()

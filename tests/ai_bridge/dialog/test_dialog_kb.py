@@ -33,7 +33,9 @@ It updates hourly.
 Q: Do you ship abroad?
 A: Yes, to 40 countries.
 """
-CSV = "question,answer,intent,lang,tags\nCan I pay cash?,Yes in stores.,payment_methods,en,pay;cash\n"
+CSV = (
+    "question,answer,intent,lang,tags\nCan I pay cash?,Yes in stores.,payment_methods,en,pay;cash\n"
+)
 JSONL = (
     json.dumps(
         {

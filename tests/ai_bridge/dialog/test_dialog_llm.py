@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
+from typing import Any
 
 import pytest
-from fake_openai import FakeLlm, serve
 
 from kefu.ai_bridge.dialog.kb import KbEntry
 from kefu.ai_bridge.dialog.llm import LlmClient, LlmConfig, LlmError, build_messages
@@ -21,8 +21,8 @@ async def collect(client: LlmClient) -> list[str]:
     return [s async for s in client.stream_sentences(MSGS)]
 
 
-async def test_streams_sentences_as_tokens_arrive() -> None:
-    async with serve(FakeLlm()) as fake:
+async def test_streams_sentences_as_tokens_arrive(llm_server: Any) -> None:
+    async with llm_server() as fake:
         client = LlmClient(LlmConfig(fake.base_url, model="m", api_key="k"))
         try:
             assert await collect(client) == [
@@ -55,8 +55,8 @@ async def test_server_down_is_llm_error() -> None:
     ("mode", "message"),
     [("http500", "HTTP 500"), ("garbage", "non-JSON"), ("slow_first", "within budget")],
 )
-async def test_failures_raise_llm_error(mode: str, message: str) -> None:
-    async with serve(FakeLlm(mode=mode, delay_s=1.0)) as fake:
+async def test_failures_raise_llm_error(llm_server: Any, mode: str, message: str) -> None:
+    async with llm_server(mode=mode, delay_s=1.0) as fake:
         client = LlmClient(LlmConfig(fake.base_url, first_token_timeout_s=0.2))
         t0 = time.perf_counter()
         try:
@@ -67,8 +67,8 @@ async def test_failures_raise_llm_error(mode: str, message: str) -> None:
         assert time.perf_counter() - t0 < 0.6
 
 
-async def test_total_budget_applies_after_first_token() -> None:
-    async with serve(FakeLlm(mode="trickle", delay_s=1.0)) as fake:
+async def test_total_budget_applies_after_first_token(llm_server: Any) -> None:
+    async with llm_server(mode="trickle", delay_s=1.0) as fake:
         client = LlmClient(LlmConfig(fake.base_url, first_token_timeout_s=0.5, total_timeout_s=0.3))
         try:
             with pytest.raises(LlmError, match="budget"):
@@ -77,8 +77,8 @@ async def test_total_budget_applies_after_first_token() -> None:
             await client.close()
 
 
-async def test_cancellation_closes_the_stream() -> None:
-    async with serve(FakeLlm(mode="trickle", delay_s=5.0)) as fake:
+async def test_cancellation_closes_the_stream(llm_server: Any) -> None:
+    async with llm_server(mode="trickle", delay_s=5.0) as fake:
         client = LlmClient(LlmConfig(fake.base_url, first_token_timeout_s=1.0, total_timeout_s=10))
         task = asyncio.create_task(collect(client))
         await asyncio.sleep(0.2)

@@ -1,0 +1,157 @@
+"""Real peers against a real ``kefu serve``: SIPp (UDP and TCP), baresip, raw torture datagrams.
+
+Media is checked on the wire: tshark captures loopback and :mod:`loadtest.rtpcap` compares what
+the caller sent with what kefu echoed.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from loadtest.pcap import DtmfEvent, make_rtp_pcap, speech_like_pcm
+from loadtest.peers import TsharkCapture, run_sipp, start_baresip
+from loadtest.rtpcap import echo_delay_and_similarity, find_stream, rtp_streams
+
+pytestmark = [pytest.mark.netns, pytest.mark.peer]
+
+TESTDATA = Path(__file__).resolve().parents[3] / "shared" / "testdata"
+
+
+@pytest.fixture(scope="module")
+def speech(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object, float]:
+    pcm = speech_like_pcm(2.0)
+    path = tmp_path_factory.mktemp("pcap") / "speech.pcap"
+    seconds = make_rtp_pcap(path, pcm)
+    return path, pcm, seconds
+
+
+@pytest.fixture(scope="module")
+def speech_dtmf0(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("pcap") / "dtmf0.pcap"
+    make_rtp_pcap(path, speech_like_pcm(2.0), dtmf=[DtmfEvent("0", at=0.6)])
+    return path
+
+
+@pytest.mark.parametrize("transport", ["u1", "t1"])
+def test_echo_call_carries_audio_both_ways(kefu, speech, transport: str) -> None:
+    pcap, pcm, seconds = speech
+    media_port = 26000 if transport == "u1" else 26010
+    with TsharkCapture(ports=[media_port]) as capture:
+        result = run_sipp(
+            "uac_echo",
+            kefu.sip,
+            transport=transport,
+            media_port=media_port,
+            keys={"pcap": pcap},
+            variables={"audio_ms": int(seconds * 1000)},
+            timeout=20,
+        )
+    assert result.ok, result.errors or result.stderr_tail
+    streams = rtp_streams(capture.path, ports=[media_port])
+    sent = find_stream(streams, src_port=media_port)
+    echoed = find_stream(streams, dst_port=media_port)
+    echoed_share, delay_ms = _echo_match(sent, echoed)
+    assert echoed_share > 0.95
+    assert delay_ms < 150
+    _, similarity = echo_delay_and_similarity(sent.pcm(), echoed.pcm())
+    assert similarity > 0.5
+    stats = echoed.stats()
+    assert stats.lost == 0
+    assert kefu.metric("kefu_calls_total", 'result="completed"') == 1
+
+
+def _echo_match(sent, echoed) -> tuple[float, float]:
+    """Share of the caller's distinct packets that came back, and the median echo delay (ms).
+
+    G.711 passes through kefu's echo untouched, so payloads match byte for byte; silence
+    repeats one payload and is left out.
+    """
+    counts: dict[bytes, int] = {}
+    for p in sent.packets:
+        counts[p.payload] = counts.get(p.payload, 0) + 1
+    unique = {p.payload: p.arrival for p in sent.packets if counts[p.payload] == 1}
+    back = {p.payload: p.arrival for p in echoed.packets if p.payload in unique}
+    delays = sorted(1000 * (back[k] - unique[k]) for k in back)
+    median = delays[len(delays) // 2] if delays else float("inf")
+    return len(back) / max(1, len(unique)), median
+
+
+def test_cancel_before_answer(kefu_factory) -> None:
+    kefu = kefu_factory("--ring-seconds", "3")
+    result = run_sipp("uac_cancel", kefu.sip, timeout=15)
+    assert result.ok, result.errors
+    time.sleep(0.2)
+    assert kefu.metric("kefu_active_calls") == 0
+    assert kefu.events("call_ended")[0]["reason"] == "cancelled"
+
+
+def test_kefu_hangs_up_with_bye(kefu_factory, speech) -> None:
+    kefu = kefu_factory("--max-call-seconds", "1.5")
+    pcap, _, _ = speech
+    result = run_sipp("uac_wait_bye", kefu.sip, media_port=26020, keys={"pcap": pcap}, timeout=15)
+    assert result.ok, result.errors
+    assert kefu.events("call_ended")[0]["reason"] == "max_call_seconds"
+
+
+@pytest.mark.parametrize("transport", ["u1", "t1"])
+def test_options_keepalive(kefu, transport: str) -> None:
+    result = run_sipp("uac_options", kefu.sip, transport=transport, calls=20, rate=50, timeout=10)
+    assert result.ok and result.successful == 20, result.errors
+
+
+def test_rfc4733_dtmf_zero_transfers_with_refer(kefu_factory, speech_dtmf0) -> None:
+    kefu = kefu_factory("--transfer-target", "sip:queue@127.0.0.1:5099")
+    result = run_sipp(
+        "uac_dtmf_refer", kefu.sip, media_port=26030, keys={"pcap": speech_dtmf0}, timeout=20
+    )
+    assert result.ok, result.errors
+    assert [e["digit"] for e in kefu.events("dtmf")] == ["0"]
+    ended = kefu.events("call_ended")
+    assert ended and ended[0]["reason"] == "transferred"
+    assert kefu.metric("kefu_calls_total", 'result="completed"') == 1
+
+
+def test_info_dtmf_transfers_with_refer(kefu_factory, speech) -> None:
+    kefu = kefu_factory("--transfer-target", "sip:queue@127.0.0.1:5099")
+    pcap, _, _ = speech
+    result = run_sipp("uac_info_dtmf", kefu.sip, media_port=26040, keys={"pcap": pcap}, timeout=20)
+    assert result.ok, result.errors
+    assert [(e["digit"], e["source"]) for e in kefu.events("dtmf")] == [("0", "info")]
+
+
+def test_baresip_completes_a_call(kefu, tmp_path: Path) -> None:
+    from loadtest.pcap import make_speech_wav
+
+    wav = make_speech_wav(tmp_path / "caller.wav", 3.0)
+    with start_baresip(f"sip:ai@{kefu.sip}", wav, hangup_after=5) as baresip:
+        baresip.wait(15)
+        log = baresip.log
+    incoming = kefu.events("call_incoming")
+    assert incoming, log[-2000:]
+    closed = kefu.events("rtp_closed")
+    assert closed and "packets_received=0" not in str(closed[0]["stats"]), log[-2000:]
+    assert kefu.events("call_ended")
+
+
+def _torture() -> list[Path]:
+    return sorted(p for p in TESTDATA.glob("rfc*/*") if p.is_file() and p.suffix != ".md")
+
+
+def test_torture_datagrams_then_options_still_answered(kefu) -> None:
+    host, port = kefu.sip_host, kefu.sip_port
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.settimeout(0.05)
+        for path in _torture():
+            sock.sendto(path.read_bytes(), (host, port))
+            try:
+                while True:
+                    sock.recvfrom(65535)
+            except TimeoutError:
+                pass
+    assert kefu.proc.poll() is None
+    result = run_sipp("uac_options", kefu.sip, calls=3, rate=10, timeout=10)
+    assert result.ok, result.errors
