@@ -307,6 +307,10 @@ class SignalingHub:
         except ValueError as exc:
             # SdpError and friends from the SFU: the client's SDP was not acceptable.
             conn.send(p.Error("bad_sdp", str(exc)[:200]))
+        except Exception:
+            log.exception("signaling_internal_error", ip=conn.ip)
+            conn.send(p.Error("internal", "internal error"))
+            conn.close(CLOSE_INTERNAL, "internal")
 
     async def _dispatch(self, conn: Connection, message: p.ClientMessage) -> None:
         if isinstance(message, p.Ping):
@@ -499,7 +503,10 @@ class SignalingHub:
 
     def get_timer(self) -> float | None:
         """When :meth:`handle_timer` next has work, or None."""
-        deadlines = [c.last_seen + self.settings.heartbeat_timeout_s for c in self._connections]
+        timeout = self.settings.heartbeat_timeout_s
+        deadlines = [
+            c.last_seen + (2 * timeout if c.closing else timeout) for c in self._connections
+        ]
         deadlines += [
             s.detached_at + self.settings.resume_grace_s
             for s in self._sessions.values()
@@ -514,6 +521,11 @@ class SignalingHub:
             if not conn.closing and now - conn.last_seen >= timeout:
                 conn.send(p.Error("heartbeat_timeout", "no message within the timeout"))
                 conn.close(CLOSE_HEARTBEAT_TIMEOUT, "heartbeat_timeout")
+            elif conn.closing and now - conn.last_seen >= 2 * timeout:
+                # The close handshake is stuck (peer stopped reading): let go of the socket
+                # so its session starts the resume grace instead of hanging on it forever.
+                log.info("signaling_close_stuck", ip=conn.ip)
+                await self.disconnected(conn)
         grace = self.settings.resume_grace_s
         for session in list(self._sessions.values()):
             if session.detached_at is not None and now - session.detached_at >= grace:

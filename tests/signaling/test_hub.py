@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Callable
 from typing import Any
@@ -388,3 +389,40 @@ async def test_no_leaks_after_100_clients_vanish(
     assert [p.left for p in sfu.all] == [1] * 100
     assert all(c.session is None or c.session.ended for c in conns)
     assert len(hub.connect_limiter) == 0 and len(hub.message_limiter) == 0
+
+
+class StuckSocket(FakeSocket):
+    """A peer that stopped reading: sends and the close handshake never finish."""
+
+    async def send_str(self, data: str) -> None:
+        await asyncio.Event().wait()
+
+    async def close(self, *, code: int = 1000, message: bytes = b"") -> bool:
+        await asyncio.Event().wait()
+        return True
+
+
+async def test_stuck_socket_is_let_go(hub: SignalingHub, sfu: FakeSfu, clock: Clock) -> None:
+    sock, conn = await joined(hub, "r1")
+    conn.socket = StuckSocket()
+    clock.now += 30
+    await hub.handle_timer(clock.now)  # heartbeat timeout: close queued, never completes
+    assert hub.connection_count == 1
+    assert hub.get_timer() == pytest.approx(clock.now + 30)
+    clock.now += 30
+    await hub.handle_timer(clock.now)
+    assert hub.connection_count == 0 and hub.session_count == 1  # detached, grace running
+    clock.now += 20
+    await hub.handle_timer(clock.now)
+    assert hub.session_count == 0 and sfu.all[0].left == 1
+
+
+async def test_sfu_bug_closes_1011(hub: SignalingHub, sfu: FakeSfu) -> None:
+    sock, conn = await joined(hub, "r1")
+
+    async def broken(sdp: str) -> str:
+        raise RuntimeError("boom")
+
+    sfu.all[0].handle_offer = broken  # type: ignore[method-assign]
+    await send(hub, conn, "offer", sdp="v=0")
+    assert sock.sent[-1]["code"] == "internal" and sock.closed == (1011, "internal")

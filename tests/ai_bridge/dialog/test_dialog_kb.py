@@ -174,6 +174,9 @@ def test_shipped_kb_covers_every_topic_in_both_languages() -> None:
     assert all(len(e.answer) < 300 for e in entries)
 
 
-def test_default_kb_is_cached(cache_dir: Path, default_kb: KnowledgeBase) -> None:
-    again = KnowledgeBase.default(cache_dir, None if default_kb.vectors.size == 0 else Embedder())
+def test_default_kb_is_cached(
+    cache_dir: Path, default_kb: KnowledgeBase, embedder: Embedder
+) -> None:
+    again = KnowledgeBase.default(cache_dir, embedder)
     assert again.directory == default_kb.directory
+    assert default_kb.vectors.shape[0] == sum(len(e.phrasings()) for e in default_kb.entries)
