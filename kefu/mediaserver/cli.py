@@ -9,7 +9,13 @@ from typing import Any
 
 from kefu import __version__
 from kefu.errors import ConfigError
-from kefu.mediaserver.config import MEDIA_MODES, Config, load_config, parse_port_range
+from kefu.mediaserver.config import (
+    MEDIA_MODES,
+    Config,
+    jwt_secret,
+    load_config,
+    parse_port_range,
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -28,6 +34,19 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-call-seconds", type=float, metavar="S", help="hang up after S")
     serve.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
     serve.add_argument("--no-uvloop", action="store_true", help="use the stock asyncio loop")
+    token = sub.add_parser("token", help="mint a development JWT for the signaling WebSocket")
+    token.add_argument("--config", metavar="FILE")
+    token.add_argument(
+        "--role", required=True, choices=("customer", "agent", "supervisor", "admin")
+    )
+    token.add_argument("--user", required=True)
+    token.add_argument("--room", help="restrict the token to this room")
+    token.add_argument("--ttl", type=float, default=3600.0, metavar="SECONDS")
+    kb = sub.add_parser("kb", help="knowledge base")
+    kb_sub = kb.add_subparsers(dest="kb_command", required=True)
+    kb_import = kb_sub.add_parser("import", help="import Markdown, CSV or JSONL files")
+    kb_import.add_argument("paths", nargs="+", metavar="PATH")
+    kb_import.add_argument("--config", metavar="FILE")
     return parser
 
 
@@ -64,8 +83,44 @@ def _serve(config: Config, *, uvloop_ok: bool) -> int:
     return asyncio.run(run_server(config))
 
 
+def _token(args: argparse.Namespace) -> int:
+    from kefu.signaling.tokens import mint_token
+
+    config = load_config(args.config)
+    print(mint_token(jwt_secret(config), args.user, args.role, args.ttl, args.room))  # noqa: T201
+    return 0
+
+
+def _kb_import(args: argparse.Namespace) -> int:
+    from kefu.ai_bridge.dialog.kb import KbImportError, import_kb
+
+    config = load_config(args.config)
+    target = config.state_path / "kb"
+    try:
+        report = import_kb(args.paths, target)
+    except KbImportError as exc:
+        print(f"kefu: knowledge base not imported: {exc}", file=sys.stderr)  # noqa: T201
+        return 1
+    langs = ", ".join(f"{n} {lang}" for lang, n in sorted(report.by_lang.items()))
+    print(  # noqa: T201
+        f"imported {report.entries} entries ({langs}) from {len(report.files)} file(s) "
+        f"into {report.target_dir} in {report.seconds:.1f} s"
+    )
+    for warning in report.warnings:
+        print(f"warning: {warning}", file=sys.stderr)  # noqa: T201
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    try:
+        if args.command == "token":
+            return _token(args)
+        if args.command == "kb":
+            return _kb_import(args)
+    except ConfigError as exc:
+        print(f"kefu: configuration error: {exc}", file=sys.stderr)  # noqa: T201
+        return 2
     if args.command == "serve":
         try:
             config = load_config(args.config, overrides=_overrides(args))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import secrets
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -102,6 +103,34 @@ class HttpConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class WebRtcConfig:
+    ice_host_addresses: tuple[str, ...] = ()
+    """Only these addresses become ICE host candidates (tests: 127.0.0.1); empty: all."""
+    stun_urls: tuple[str, ...] = ()
+    """Handed to clients and used by kefu's peers; empty: nothing public is contacted."""
+    turn_urls: tuple[str, ...] = ()
+    turn_secret: str | None = None
+    """coturn ``static-auth-secret``: kefu mints time-limited TURN REST credentials."""
+    turn_ttl_s: int = 86400
+    max_participants_per_room: int = 16
+    max_rooms: int = 200
+
+
+@dataclass(frozen=True, slots=True)
+class AuthConfig:
+    jwt_secret: str | None = None
+    """HS256 secret shared with ``kefu token``; unset: a random one kept in state_dir."""
+    jwks_url: str | None = None
+    """RS256 keys of a production identity provider."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    state_dir: str = "~/.local/state/kefu"
+    """Where kefu keeps its development JWT secret, knowledge base and model caches."""
+
+
+@dataclass(frozen=True, slots=True)
 class LogConfig:
     level: str = "info"
     json: bool = True
@@ -113,7 +142,14 @@ class Config:
     rtp: RtpConfig = field(default_factory=RtpConfig)
     calls: CallsConfig = field(default_factory=CallsConfig)
     http: HttpConfig = field(default_factory=HttpConfig)
+    webrtc: WebRtcConfig = field(default_factory=WebRtcConfig)
+    auth: AuthConfig = field(default_factory=AuthConfig)
+    server: ServerConfig = field(default_factory=ServerConfig)
     log: LogConfig = field(default_factory=LogConfig)
+
+    @property
+    def state_path(self) -> Path:
+        return Path(self.server.state_dir).expanduser()
 
 
 def _port(value: Any, key: str, *, allow_zero: bool = False) -> int:
@@ -222,11 +258,36 @@ def _validate(config: Config) -> Config:
         raise ConfigError("sip.auth_algorithm must be MD5 or SHA-256", key="sip.auth_algorithm")
     if config.log.level.lower() not in ("debug", "info", "warning", "error"):
         raise ConfigError(f"log.level: unknown level {config.log.level!r}", key="log.level")
+    for address in config.webrtc.ice_host_addresses:
+        try:
+            ipaddress.ip_address(address)
+        except ValueError:
+            raise ConfigError(
+                f"webrtc.ice_host_addresses: not an IP address: {address!r}",
+                key="webrtc.ice_host_addresses",
+            ) from None
     if config.calls.prompt_wav and not Path(config.calls.prompt_wav).is_file():
         raise ConfigError(
             f"calls.prompt_wav: no such file {config.calls.prompt_wav!r}", key="calls.prompt_wav"
         )
     return config
+
+
+def jwt_secret(config: Config) -> str:
+    """The configured HS256 secret, or this installation's own random one (created once)."""
+    if config.auth.jwt_secret:
+        return config.auth.jwt_secret
+    path = config.state_path / "jwt-secret"
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    secret = secrets.token_urlsafe(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secret + "\n")
+    return secret
 
 
 def load_config(

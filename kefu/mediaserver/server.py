@@ -22,14 +22,19 @@ from kefu.errors import ResourceExhausted, SdpError
 from kefu.mediaserver.bus import EventBus
 from kefu.mediaserver.call import Call
 from kefu.mediaserver.call_state import CallInput, CallState
-from kefu.mediaserver.config import Config
+from kefu.mediaserver.config import Config, jwt_secret
 from kefu.mediaserver.events import DtmfReceived, TransferProgress
 from kefu.mediaserver.logs import configure_logging
 from kefu.mediaserver.media import PcmTrack, PromptThenEcho, chime, load_wav
 from kefu.mediaserver.metrics import Metrics
+from kefu.mediaserver.rooms import RoomService
 from kefu.rtp.aio import RtpEndpoint
 from kefu.rtp.ports import PortAllocator
+from kefu.sfu.api import PeerSettings, Sfu
 from kefu.signaling.http import build_app
+from kefu.signaling.hub import SignalingHub
+from kefu.signaling.settings import SignalingSettings
+from kefu.signaling.ws import add_signaling_routes
 from kefu.sip import ua as sipua
 from kefu.sip import ua_events as sipev
 from kefu.sip.aio import SipTransport
@@ -56,6 +61,24 @@ class KefuServer:
         self._idle.set()
         self.sip_address: tuple[str, int] | None = None
         self.http_address: tuple[str, int] | None = None
+        peer = PeerSettings(
+            ice_servers=tuple({"urls": [url]} for url in config.webrtc.stun_urls),
+            ice_host_addresses=config.webrtc.ice_host_addresses or None,
+            max_participants_per_room=config.webrtc.max_participants_per_room,
+            max_rooms=config.webrtc.max_rooms,
+        )
+        self.rooms = RoomService(Sfu(peer))
+        self.signaling = SignalingHub(
+            self.rooms,
+            SignalingSettings(
+                jwt_secret=jwt_secret(config),
+                jwks_url=config.auth.jwks_url,
+                turn_secret=config.webrtc.turn_secret,
+                turn_urls=config.webrtc.turn_urls,
+                stun_urls=config.webrtc.stun_urls,
+                turn_ttl_s=config.webrtc.turn_ttl_s,
+            ),
+        )
         self._prompt = None
         if config.calls.media_mode == "prompt" and config.calls.prompt_wav:
             self._prompt = load_wav(config.calls.prompt_wav)
@@ -71,6 +94,7 @@ class KefuServer:
         self.sip_address = await self.sip.start(listen.host, listen.port)
         self.ua.set_local_address(*self.sip_address)
         app = build_app(self)
+        add_signaling_routes(app, self.signaling)
         self._http = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._http.setup()
         site = web.TCPSite(self._http, self.config.http.listen.host, self.config.http.listen.port)
@@ -78,6 +102,7 @@ class KefuServer:
         host, port = self._http.addresses[0][:2]
         self.http_address = (host, port)
         self._spawn(self.metrics.watch_loop_lag(), "loop-lag")
+        self._spawn(self._sweep_rooms(), "room-sweep")
         if self.config.calls.media_mode == "ai":
             log.warning("media_mode_ai_unavailable", fallback="echo")
         log.info(
@@ -107,6 +132,7 @@ class KefuServer:
         await self.sip.close()
         if self._http:
             await self._http.cleanup()
+        await self.rooms.close()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -117,6 +143,14 @@ class KefuServer:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
+
+    async def _sweep_rooms(self) -> None:
+        while True:
+            await asyncio.sleep(5.0)
+            try:
+                await self.rooms.sweep()
+            except Exception:
+                log.exception("room_sweep_failed")
 
     # --- the HTTP control surface (kefu.signaling.http.Control) --------------------------------
 

@@ -5,6 +5,7 @@ signaling/ is the only user of aiohttp; the media server hands in a :class:`Cont
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Protocol
 
 from aiohttp import web
@@ -70,6 +71,17 @@ def build_app(control: Control) -> web.Application:
             return _error(404, "unknown_call", "no such call")
         return web.json_response({"status": "ending"}, status=202)
 
+    web_root = Path(__file__).resolve().parent.parent / "web"
+
+    async def index(_: web.Request) -> web.StreamResponse:
+        page = web_root / "index.html"
+        if not page.is_file():
+            return _error(404, "no_page", "the caller page is not installed")
+        return web.FileResponse(page)
+
+    app.router.add_get("/", index)
+    if web_root.is_dir():
+        app.router.add_static("/web/", web_root, follow_symlinks=False)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)

@@ -1,0 +1,94 @@
+"""Rooms as the media server sees them: the SFU plus kefu's own server-side participant.
+
+Every room with a caller in it gets a server-side participant (``bot``) that hears the room's
+mix and speaks into it: until the AI bridge is wired it echoes what it hears. A room whose
+only members left are server-side participants is closed by :meth:`RoomService.sweep`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import av
+import structlog
+from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
+
+from kefu.sfu.api import LocalParticipant, Participant, Sfu
+
+log = structlog.get_logger("kefu.rooms")
+
+SERVER_ROLES = frozenset({"bot", "sip"})
+BOT_ID = "kefu-bot"
+
+
+class DeferredTrack(MediaStreamTrack):
+    """A track whose upstream is connected after it was handed out (the bot hears itself
+    only once it has joined)."""
+
+    kind = "audio"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._upstream: MediaStreamTrack | None = None
+        self._ready = asyncio.Event()
+
+    def connect(self, upstream: MediaStreamTrack) -> None:
+        self._upstream = upstream
+        self._ready.set()
+
+    async def recv(self) -> av.AudioFrame:
+        await self._ready.wait()
+        if self._upstream is None or self.readyState != "live":
+            raise MediaStreamError
+        frame = await self._upstream.recv()
+        assert isinstance(frame, av.AudioFrame)
+        return frame
+
+    def stop(self) -> None:
+        super().stop()
+        self._ready.set()
+
+
+class RoomService:
+    """What signaling talks to (the Sfu contract), plus kefu's server-side participants."""
+
+    def __init__(self, sfu: Sfu) -> None:
+        self.sfu = sfu
+        self._bots: dict[str, LocalParticipant] = {}
+        self._joining: dict[str, asyncio.Task[Any]] = {}
+
+    async def join(
+        self, room_id: str, participant_id: str, *, role: str, display: str = ""
+    ) -> Participant:
+        participant = await self.sfu.join(room_id, participant_id, role=role, display=display)
+        if role == "customer" and room_id not in self._bots:
+            await self._add_bot(room_id)
+        return participant
+
+    def room_exists(self, room_id: str) -> bool:
+        return self.sfu.room_exists(room_id)
+
+    async def _add_bot(self, room_id: str) -> None:
+        echo = DeferredTrack()
+        bot = await self.sfu.join_local(room_id, BOT_ID, "bot", echo, display="kefu")
+        echo.connect(bot.mixed_audio)
+        self._bots[room_id] = bot
+        log.info("room_bot_joined", room=room_id, mode="echo")
+
+    async def sweep(self) -> None:
+        await self.sfu.sweep()
+        for info in self.sfu.rooms():
+            room_id = info.room_id
+            humans = [pid for pid, role in info.participants if role not in SERVER_ROLES]
+            if not humans and room_id in self._bots:
+                await self._bots.pop(room_id).leave()
+                log.info("room_bot_left", room=room_id)
+        for room_id in [r for r in self._bots if not self.sfu.room_exists(r)]:
+            self._bots.pop(room_id, None)
+
+    async def close(self) -> None:
+        for bot in self._bots.values():
+            await bot.leave()
+        self._bots.clear()
+        await self.sfu.close()

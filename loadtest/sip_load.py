@@ -1,0 +1,622 @@
+"""SIP trunk benchmarks of a real ``kefu serve`` process: concurrent echo calls, call setup.
+
+``sip_echo`` places N concurrent SIPp echo calls that each replay a speech pcap for a hold
+time, and judges both media directions: what kefu received (its own ``rtp_closed`` stats)
+and what it echoed (a tshark capture of a small sample of calls, analysed with
+:mod:`loadtest.rtpcap`). It also reads kefu's and SIPp's CPU and memory from /proc.
+``sip_setup`` measures INVITE -> 200 OK on the wire at a fixed call rate.
+
+Every process started here is stopped by its PID; everything binds 127.0.0.1 only, so run
+the tools inside ``unshare -n sh -c 'ip link set lo up && ...'``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from loadtest.pcap import make_rtp_pcap, speech_like_pcm
+from loadtest.peers import SippResult, TsharkCapture, _result, _stop_process, sipp_command
+from loadtest.rtpcap import rtp_streams, udp_datagrams
+
+LOCALHOST = "127.0.0.1"
+KEFU_RTP_LO = 30000
+KEFU_RTP_HI = 39999
+SIPP_MEDIA_PORT = 6000
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+_STATS_FIELD = re.compile(r"(\w+)=([-\w.e+]+|None)")
+
+
+# --- /proc readings ------------------------------------------------------------------------
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process, all its threads together (proc(5) stat)."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    # The command name may contain spaces and parentheses: split after the last ')'.
+    fields = text[text.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+
+
+def rss_kib(pid: int) -> int:
+    """Resident set size in KiB (VmRSS of /proc/PID/status)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+@dataclass(frozen=True, slots=True)
+class CpuSample:
+    """CPU seconds of some processes at one wall-clock instant."""
+
+    wall: float
+    """time.monotonic() when read."""
+    cpu: dict[str, float]
+    """Process label -> cumulative CPU seconds."""
+
+
+def sample_cpu(pids: dict[str, int]) -> CpuSample:
+    cpu = {}
+    for label, pid in pids.items():
+        try:
+            cpu[label] = cpu_seconds(pid)
+        except (FileNotFoundError, ProcessLookupError):
+            cpu[label] = float("nan")
+    return CpuSample(time.monotonic(), cpu)
+
+
+def cpu_percent(a: CpuSample, b: CpuSample, label: str) -> float:
+    """CPU used between two samples, as % of one core."""
+    span = b.wall - a.wall
+    return 100.0 * (b.cpu[label] - a.cpu[label]) / span if span > 0 else float("nan")
+
+
+def load_average() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100); NaN for no values."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = max(0, min(len(ordered) - 1, int(round(q / 100 * len(ordered) + 0.5)) - 1))
+    return ordered[rank]
+
+
+def sleep_until(deadline: float) -> None:
+    # A measurement window has no event to wait for: it is a span of wall-clock time.
+    delay = deadline - time.monotonic()
+    if delay > 0:
+        time.sleep(delay)
+
+
+# --- kefu as a child process ---------------------------------------------------------------
+
+
+@dataclass
+class KefuServer:
+    """A ``kefu serve`` child process and its JSON log."""
+
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    sip_port: int
+    http_port: int
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def events(self, name: str | None = None) -> list[dict[str, Any]]:
+        out = []
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if name is None or entry.get("event") == name:
+                out.append(entry)
+        return out
+
+    def metrics(self) -> str:
+        url = f"http://{LOCALHOST}:{self.http_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            text: str = resp.read().decode()
+            return text
+
+    def stop(self) -> int | None:
+        """SIGTERM (kefu drains), escalating to SIGKILL; the exit status."""
+        _stop_process(self.proc, signal.SIGTERM, 10.0)
+        return self.proc.returncode
+
+
+def start_kefu(
+    workdir: Path,
+    *,
+    sip_port: int = 5070,
+    http_port: int = 8090,
+    uvloop: bool = True,
+    max_calls: int = 2000,
+    extra: Sequence[str] = (),
+) -> KefuServer:
+    """Start ``kefu serve`` in echo mode and return once it logged ``kefu_started``."""
+    log_path = workdir / "kefu.log"
+    cmd = [
+        sys.executable,
+        "-m",
+        "kefu.mediaserver.cli",
+        "serve",
+        "--sip-listen",
+        f"{LOCALHOST}:{sip_port}",
+        "--http-listen",
+        f"{LOCALHOST}:{http_port}",
+        "--rtp-ports",
+        f"{KEFU_RTP_LO}-{KEFU_RTP_HI}",
+        "--max-calls",
+        str(max_calls),
+        *([] if uvloop else ["--no-uvloop"]),
+        *extra,
+    ]
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
+        )
+    server = KefuServer(proc, log_path, sip_port, http_port)
+    deadline = time.monotonic() + 20
+    while not server.events("kefu_started"):
+        if proc.poll() is not None:
+            raise RuntimeError(f"kefu exited early: {log_path.read_text()[-3000:]}")
+        if time.monotonic() > deadline:
+            server.stop()
+            raise RuntimeError(f"kefu did not start: {log_path.read_text()[-3000:]}")
+        time.sleep(0.05)  # startup has no event we can await from outside the process
+    return server
+
+
+def parse_rtp_stats(text: str) -> dict[str, float]:
+    """The numeric fields of an ``RtpStats(...)`` repr as logged in ``rtp_closed``."""
+    out: dict[str, float] = {}
+    for key, value in _STATS_FIELD.findall(text):
+        try:
+            out[key] = float(value)
+        except ValueError:
+            continue
+    return out
+
+
+def parse_histogram(metrics: str, name: str) -> list[tuple[float, float]]:
+    """(upper bound, cumulative count) of a Prometheus histogram, sorted by bound."""
+    buckets = []
+    pattern = re.compile(rf'^{re.escape(name)}_bucket{{.*le="([^"]+)".*}} ([-\d.e+]+)$')
+    for line in metrics.splitlines():
+        m = pattern.match(line)
+        if m:
+            buckets.append((float(m.group(1)), float(m.group(2))))
+    return sorted(buckets)
+
+
+def histogram_quantile(buckets: list[tuple[float, float]], q: float) -> float:
+    """Prometheus-style quantile (q in 0..1), interpolating linearly inside a bucket."""
+    if not buckets or buckets[-1][1] <= 0:
+        return float("nan")
+    total = buckets[-1][1]
+    target = q * total
+    prev_bound, prev_count = 0.0, 0.0
+    for bound, count in buckets:
+        if count >= target:
+            if bound == float("inf"):
+                return prev_bound
+            inside = count - prev_count
+            share = (target - prev_count) / inside if inside > 0 else 1.0
+            return prev_bound + (bound - prev_bound) * share
+        prev_bound, prev_count = bound, count
+    return prev_bound
+
+
+# --- SIPp in the background ----------------------------------------------------------------
+
+
+class SippRun:
+    """A SIPp client started in the background, so its CPU can be sampled while it runs."""
+
+    def __init__(self, cmd: list[str], workdir: Path) -> None:
+        self.workdir = workdir
+        with open(workdir / "stderr.log", "wb") as err:
+            self.proc = subprocess.Popen(
+                cmd,
+                cwd=workdir,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                start_new_session=True,
+            )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def wait(self, timeout: float) -> SippResult:
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _stop_process(self.proc, signal.SIGUSR1, 3.0)
+        return _result(self.proc.returncode, self.workdir)
+
+    def kill(self) -> None:
+        _stop_process(self.proc, signal.SIGTERM, 2.0)
+
+
+def _sipp_summary(result: SippResult, expected: int) -> dict[str, Any]:
+    return {
+        "returncode": result.returncode,
+        "successful": result.successful,
+        "failed": result.failed,
+        "expected": expected,
+        "ok": result.failed == 0 and result.successful == expected,
+        "errors_tail": result.errors[-800:] if result.failed else "",
+    }
+
+
+# --- sip-echo ------------------------------------------------------------------------------
+
+
+def sip_echo(
+    calls: int,
+    *,
+    hold: float = 20.0,
+    rate: float | None = None,
+    transport: str = "u1",
+    uvloop: bool = True,
+    sample: int = 10,
+    sip_port: int = 5070,
+    http_port: int = 8090,
+) -> dict[str, Any]:
+    """N concurrent echo calls of ``hold`` seconds; a JSON-able summary (see BENCHMARKS.md)."""
+    rate = rate or max(10.0, calls / 5)
+    sample = max(1, min(sample, calls))
+    ramp = calls / rate
+    with tempfile.TemporaryDirectory(prefix="kefu-bench-echo-") as tmp:
+        work = Path(tmp)
+        pcap = work / "speech.pcap"
+        seconds = make_rtp_pcap(pcap, speech_like_pcm(hold))
+        audio_ms = int(round(seconds * 1000))
+        kefu = start_kefu(work, sip_port=sip_port, http_port=http_port, uvloop=uvloop)
+        tshark: TsharkCapture | None = None
+        sipp: SippRun | None = None
+        try:
+            time.sleep(1.0)  # let import-time allocation settle before the idle reading
+            idle_a = sample_cpu({"kefu": kefu.pid})
+            time.sleep(2.0)
+            idle_b = sample_cpu({"kefu": kefu.pid})
+            rss_idle = rss_kib(kefu.pid)
+            # kefu hands out even RTP ports upwards from the bottom of its range, so the
+            # first `sample` calls echo from these source ports: a BPF filter this narrow
+            # keeps tshark's cost out of the measurement.
+            hi = KEFU_RTP_LO + 2 * sample - 1
+            tshark = TsharkCapture(
+                capture_filter=f"udp and src portrange {KEFU_RTP_LO}-{hi}",
+                path=work / "echo.pcap",
+            ).start()
+            sipp_dir = work / "sipp"
+            sipp_dir.mkdir()
+            cmd = sipp_command(
+                "uac_echo",
+                f"{LOCALHOST}:{sip_port}",
+                sipp_dir,
+                transport=transport,
+                calls=calls,
+                rate=rate,
+                max_concurrent=calls,
+                media_port=SIPP_MEDIA_PORT,
+                keys={"pcap": pcap},
+                variables={"audio_ms": audio_ms},
+                timeout=ramp + hold + 30,
+            )
+            t0 = time.monotonic()
+            sipp = SippRun(cmd, sipp_dir)
+            pids = {"kefu": kefu.pid, "sipp": sipp.pid}
+            # Steady state: every call is up (ramp + margin) and none has hung up yet
+            # (the first call sends BYE audio_ms + 1 s after it was answered).
+            win_a = t0 + ramp + 1.0
+            win_b = max(win_a + 1.0, t0 + audio_ms / 1000 + 0.8)
+            sleep_until(win_a)
+            steady_a = sample_cpu(pids)
+            sleep_until((win_a + win_b) / 2)
+            try:
+                active = kefu_gauge(kefu, "kefu_active_calls")
+            except OSError:
+                active = float("nan")
+            rss_steady = rss_kib(kefu.pid)
+            sleep_until(win_b)
+            steady_b = sample_cpu(pids)
+            result = sipp.wait(timeout=ramp + hold + 45)
+            sipp = None
+            time.sleep(0.5)  # kefu logs rtp_closed right after answering the last BYE
+            tshark.stop()
+            try:
+                invite_hist = parse_histogram(kefu.metrics(), "kefu_invite_answer_seconds")
+            except OSError:
+                invite_hist = []
+        finally:
+            if sipp is not None:
+                sipp.kill()
+            if tshark is not None:
+                tshark.cleanup()
+            kefu.stop()
+        inbound = _inbound_from_logs(kefu)
+        echo = _echo_from_capture(work / "echo.pcap", kefu, sample)
+
+    kefu_cpu = cpu_percent(steady_a, steady_b, "kefu")
+    idle_cpu = cpu_percent(idle_a, idle_b, "kefu")
+    n_active = active if active == active and active > 0 else float(calls)
+    summary: dict[str, Any] = {
+        "benchmark": "sip-echo",
+        "calls": calls,
+        "hold_s": hold,
+        "rate_cps": rate,
+        "transport": transport,
+        "loop": "uvloop" if uvloop else "asyncio",
+        "load_average": load_average(),
+        "sipp": _sipp_summary(result, calls),
+        "inbound": inbound,
+        "echo": echo,
+        "kefu": {
+            "pid_exit": kefu.proc.returncode,
+            "idle_cpu_pct": round(idle_cpu, 2),
+            "steady_cpu_pct": round(kefu_cpu, 2),
+            "steady_window_s": round(steady_b.wall - steady_a.wall, 2),
+            "active_calls": n_active,
+            "cpu_pct_per_call": round((kefu_cpu - idle_cpu) / n_active, 4),
+            "rss_idle_mib": round(rss_idle / 1024, 1),
+            "rss_steady_mib": round(rss_steady / 1024, 1),
+            "rss_kib_per_call": round((rss_steady - rss_idle) / n_active, 1),
+            "invite_answer_p50_ms": round(1000 * histogram_quantile(invite_hist, 0.5), 2),
+        },
+        "sipp_cpu_pct": round(cpu_percent(steady_a, steady_b, "sipp"), 2),
+    }
+    summary["pass"] = echo_verdict(summary)
+    return summary
+
+
+def kefu_gauge(kefu: KefuServer, name: str) -> float:
+    for line in kefu.metrics().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    return float("nan")
+
+
+def _inbound_from_logs(kefu: KefuServer) -> dict[str, Any]:
+    received = lost = 0.0
+    jitters = []
+    closed = kefu.events("rtp_closed")
+    for event in closed:
+        stats = parse_rtp_stats(str(event.get("stats", "")))
+        received += stats.get("packets_received", 0)
+        lost += max(0.0, stats.get("packets_lost", 0))
+        if "jitter_ms" in stats:
+            jitters.append(stats["jitter_ms"])
+    total = received + lost
+    return {
+        "calls_logged": len(closed),
+        "packets_received": int(received),
+        "packets_lost": int(lost),
+        "loss_pct": round(100 * lost / total, 4) if total else float("nan"),
+        "jitter_p50_ms": round(percentile(jitters, 50), 3),
+        "jitter_p99_ms": round(percentile(jitters, 99), 3),
+    }
+
+
+def _echo_from_capture(path: Path, kefu: KefuServer, sample: int) -> dict[str, Any]:
+    """Loss and A.8 jitter of kefu's echo for the sampled calls, from the capture."""
+    ports = [int(e["rtp_port"]) for e in kefu.events("rtp_started") if "rtp_port" in e]
+    sampled = set(ports[:sample])
+    streams = rtp_streams(path, ports=sampled) if path.exists() else {}
+    expected = lost = 0
+    jitters: list[float] = []
+    max_jitter = 0.0
+    n = 0
+    for key, stream in streams.items():
+        if key.src[1] not in sampled or len(stream.packets) < 10:
+            continue
+        st = stream.stats()
+        n += 1
+        expected += st.expected
+        lost += st.lost
+        jitters.append(st.jitter_ms)
+        max_jitter = max(max_jitter, st.max_jitter_ms)
+    return {
+        "streams": n,
+        "sampled_ports": sorted(sampled),
+        "packets_expected": expected,
+        "packets_lost": lost,
+        "loss_pct": round(100 * lost / expected, 4) if expected else float("nan"),
+        "jitter_p50_ms": round(percentile(jitters, 50), 3),
+        "jitter_p99_ms": round(percentile(jitters, 99), 3),
+        "max_running_jitter_ms": round(max_jitter, 3),
+    }
+
+
+def echo_verdict(summary: dict[str, Any], *, max_loss_pct: float = 0.5, max_jitter_ms=20.0) -> bool:
+    """The --find-max criterion: no SIPp failure, < 0.5 % loss, p99 jitter < 20 ms both ways."""
+    inbound, echo = summary["inbound"], summary["echo"]
+    checks = [
+        summary["sipp"]["ok"],
+        inbound["loss_pct"] < max_loss_pct,  # NaN (nothing logged) compares False
+        echo["loss_pct"] < max_loss_pct,
+        inbound["jitter_p99_ms"] < max_jitter_ms,
+        echo["jitter_p99_ms"] < max_jitter_ms,
+    ]
+    return all(checks)
+
+
+def echo_row(s: dict[str, Any]) -> str:
+    """One Markdown table row of a sip-echo summary (header: :data:`ECHO_HEADER`)."""
+    k, i, e = s["kefu"], s["inbound"], s["echo"]
+    return (
+        f"| {s['calls']} | {s['hold_s']:g} | {s['rate_cps']:g} | {s['transport']} | {s['loop']} "
+        f"| {s['sipp']['successful']}/{s['sipp']['failed']} "
+        f"| {i['loss_pct']:.3f} | {i['jitter_p50_ms']:.2f}/{i['jitter_p99_ms']:.2f} "
+        f"| {e['loss_pct']:.3f} ({e['streams']}) | {e['jitter_p50_ms']:.2f}/{e['jitter_p99_ms']:.2f} "
+        f"| {k['steady_cpu_pct']:.1f} | {k['cpu_pct_per_call']:.3f} "
+        f"| {k['rss_idle_mib']:.0f}/{k['rss_steady_mib']:.0f} | {k['rss_kib_per_call']:.0f} "
+        f"| {s['sipp_cpu_pct']:.0f} | {' '.join(str(x) for x in s['load_average'])} "
+        f"| {'yes' if s['pass'] else 'no'} |"
+    )
+
+
+ECHO_HEADER = (
+    "| calls | hold s | cps | transport | loop | SIPp ok/failed | in loss % | in jitter p50/p99 ms "
+    "| echo loss % (streams) | echo jitter p50/p99 ms | kefu CPU % | CPU % per call "
+    "| RSS idle/steady MiB | KiB per call | SIPp CPU % | load avg | pass |\n"
+    "|" + " --- |" * 17
+)
+
+
+def find_max(
+    steps: Sequence[int],
+    run: Callable[[int], dict[str, Any]],
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Run ``steps`` in order; the largest N that passed before the first failure."""
+    results = []
+    best = 0
+    for n in steps:
+        summary = run(n)
+        results.append(summary)
+        log(echo_row(summary))
+        if not summary["pass"]:
+            break
+        best = n
+    return {"benchmark": "sip-echo-find-max", "max_calls": best, "runs": results}
+
+
+# --- sip-setup -----------------------------------------------------------------------------
+
+_CALL_ID = re.compile(rb"^(?:call-id|i)[ \t]*:[ \t]*(\S+)", re.IGNORECASE | re.MULTILINE)
+_CSEQ = re.compile(rb"^cseq[ \t]*:[ \t]*\d+[ \t]+(\w+)", re.IGNORECASE | re.MULTILINE)
+
+
+def setup_latencies(capture: Path, sip_port: int) -> list[float]:
+    """Seconds from each first INVITE (to ``sip_port``) to the first 200 OK for its Call-ID."""
+    invites: dict[bytes, float] = {}
+    answers: dict[bytes, float] = {}
+    for d in udp_datagrams(capture):
+        m = _CALL_ID.search(d.payload)
+        if m is None:
+            continue
+        call_id = m.group(1)
+        if d.dst[1] == sip_port and d.payload.startswith(b"INVITE "):
+            invites.setdefault(call_id, d.arrival)
+        elif d.src[1] == sip_port and d.payload.startswith(b"SIP/2.0 200"):
+            cseq = _CSEQ.search(d.payload)
+            if cseq is not None and cseq.group(1) == b"INVITE":
+                answers.setdefault(call_id, d.arrival)
+    return [answers[c] - t for c, t in invites.items() if c in answers]
+
+
+def sip_setup(
+    cps: float,
+    calls: int,
+    *,
+    uvloop: bool = True,
+    sip_port: int = 5070,
+    http_port: int = 8090,
+) -> dict[str, Any]:
+    """INVITE -> 200 OK latency of short calls (INVITE, 200, ACK, 1 s, BYE) at ``cps``."""
+    with tempfile.TemporaryDirectory(prefix="kefu-bench-setup-") as tmp:
+        work = Path(tmp)
+        # uac_echo with a one-packet pcap and audio_ms=0 is INVITE/200/ACK, 1 s pause, BYE.
+        pcap = work / "blip.pcap"
+        make_rtp_pcap(pcap, speech_like_pcm(0.02))
+        kefu = start_kefu(work, sip_port=sip_port, http_port=http_port, uvloop=uvloop)
+        tshark: TsharkCapture | None = None
+        sipp: SippRun | None = None
+        try:
+            tshark = TsharkCapture(
+                capture_filter=f"udp and port {sip_port}", path=work / "sip.pcap"
+            ).start()
+            sipp_dir = work / "sipp"
+            sipp_dir.mkdir()
+            cmd = sipp_command(
+                "uac_echo",
+                f"{LOCALHOST}:{sip_port}",
+                sipp_dir,
+                calls=calls,
+                rate=cps,
+                media_port=SIPP_MEDIA_PORT,
+                keys={"pcap": pcap},
+                variables={"audio_ms": 0},
+                timeout=calls / cps + 30,
+            )
+            pids = {"kefu": kefu.pid}
+            a = sample_cpu(pids)
+            sipp = SippRun(cmd, sipp_dir)
+            pids["sipp"] = sipp.pid
+            result = sipp.wait(timeout=calls / cps + 45)
+            b = sample_cpu({"kefu": kefu.pid})
+            sipp = None
+            time.sleep(0.3)
+            tshark.stop()
+            try:
+                hist = parse_histogram(kefu.metrics(), "kefu_invite_answer_seconds")
+            except OSError:
+                hist = []
+        finally:
+            if sipp is not None:
+                sipp.kill()
+            if tshark is not None:
+                tshark.cleanup()
+            kefu.stop()
+        lat_ms = [1000 * x for x in setup_latencies(work / "sip.pcap", sip_port)]
+    return {
+        "benchmark": "sip-setup",
+        "cps": cps,
+        "calls": calls,
+        "loop": "uvloop" if uvloop else "asyncio",
+        "load_average": load_average(),
+        "sipp": _sipp_summary(result, calls),
+        "answered_on_wire": len(lat_ms),
+        "wire_ms": {
+            "p50": round(percentile(lat_ms, 50), 3),
+            "p95": round(percentile(lat_ms, 95), 3),
+            "p99": round(percentile(lat_ms, 99), 3),
+            "max": round(max(lat_ms), 3) if lat_ms else float("nan"),
+        },
+        "kefu_histogram_ms": {
+            "p50": round(1000 * histogram_quantile(hist, 0.50), 3),
+            "p95": round(1000 * histogram_quantile(hist, 0.95), 3),
+            "p99": round(1000 * histogram_quantile(hist, 0.99), 3),
+            "count": hist[-1][1] if hist else 0,
+            "buckets": {f"{le:g}": c for le, c in hist},
+        },
+        "kefu_cpu_pct": round(cpu_percent(a, b, "kefu"), 2),
+    }
+
+
+def setup_row(s: dict[str, Any]) -> str:
+    w, h = s["wire_ms"], s["kefu_histogram_ms"]
+    return (
+        f"| {s['cps']:g} | {s['calls']} | {s['loop']} "
+        f"| {s['sipp']['successful']}/{s['sipp']['failed']} "
+        f"| {w['p50']:.2f} | {w['p95']:.2f} | {w['p99']:.2f} | {w['max']:.2f} "
+        f"| {h['p50']:.2f} / {h['p99']:.2f} | {s['kefu_cpu_pct']:.1f} "
+        f"| {' '.join(str(x) for x in s['load_average'])} |"
+    )
+
+
+SETUP_HEADER = (
+    "| cps | calls | loop | SIPp ok/failed | wire p50 ms | p95 | p99 | max "
+    "| kefu histogram p50/p99 ms | kefu CPU % | load avg |\n" + "|" + " --- |" * 11
+)
