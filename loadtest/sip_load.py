@@ -448,7 +448,9 @@ def _echo_from_capture(path: Path, kefu: KefuServer, sample: int) -> dict[str, A
     }
 
 
-def echo_verdict(summary: dict[str, Any], *, max_loss_pct: float = 0.5, max_jitter_ms=20.0) -> bool:
+def echo_verdict(
+    summary: dict[str, Any], *, max_loss_pct: float = 0.5, max_jitter_ms: float = 20.0
+) -> bool:
     """The --find-max criterion: no SIPp failure, < 0.5 % loss, p99 jitter < 20 ms both ways."""
     inbound, echo = summary["inbound"], summary["echo"]
     checks = [

@@ -90,6 +90,8 @@ class CallsConfig:
     drain_timeout: float = 60.0
     max_call_seconds: float = 0.0
     """kefu hangs up after this long (0: never)."""
+    sip_room: str | None = None
+    """Put every SIP call into this WebRTC room (role ``sip``) instead of echo/prompt/ai."""
     ring_seconds: float = 0.0
     """Send 180 Ringing and wait this long before answering (0: answer at once)."""
     media_mode: str = "echo"

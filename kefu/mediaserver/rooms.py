@@ -53,8 +53,10 @@ class DeferredTrack(MediaStreamTrack):
 class RoomService:
     """What signaling talks to (the Sfu contract), plus kefu's server-side participants."""
 
-    def __init__(self, sfu: Sfu) -> None:
+    def __init__(self, sfu: Sfu, *, no_bot_rooms: frozenset[str] = frozenset()) -> None:
         self.sfu = sfu
+        self.no_bot_rooms = no_bot_rooms
+        """Rooms where people talk to each other (e.g. the SIP room): no echoing bot."""
         self._bots: dict[str, LocalParticipant] = {}
         self._joining: dict[str, asyncio.Task[Any]] = {}
 
@@ -62,7 +64,7 @@ class RoomService:
         self, room_id: str, participant_id: str, *, role: str, display: str = ""
     ) -> Participant:
         participant = await self.sfu.join(room_id, participant_id, role=role, display=display)
-        if role == "customer" and room_id not in self._bots:
+        if role == "customer" and room_id not in self._bots and room_id not in self.no_bot_rooms:
             await self._add_bot(room_id)
         return participant
 
@@ -75,6 +77,12 @@ class RoomService:
         echo.connect(bot.mixed_audio)
         self._bots[room_id] = bot
         log.info("room_bot_joined", room=room_id, mode="echo")
+
+    async def join_sip(
+        self, room_id: str, call_id: str, caller_audio: MediaStreamTrack
+    ) -> LocalParticipant:
+        """A SIP call as a room participant: its audio published, the room's mix for it."""
+        return await self.sfu.join_local(room_id, call_id, "sip", caller_audio, display="phone")
 
     async def sweep(self) -> None:
         await self.sfu.sweep()

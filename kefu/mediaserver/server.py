@@ -67,7 +67,10 @@ class KefuServer:
             max_participants_per_room=config.webrtc.max_participants_per_room,
             max_rooms=config.webrtc.max_rooms,
         )
-        self.rooms = RoomService(Sfu(peer))
+        sip_room = config.calls.sip_room
+        self.rooms = RoomService(
+            Sfu(peer), no_bot_rooms=frozenset({sip_room}) if sip_room else frozenset()
+        )
         self.signaling = SignalingHub(
             self.rooms,
             SignalingSettings(
@@ -285,6 +288,15 @@ class KefuServer:
             return  # cancelled while we bound ports
         call.negotiated = negotiated
         self._start_media(call)
+        if self.config.calls.sip_room:
+            try:
+                await self._join_room(call, self.config.calls.sip_room)
+            except Exception as exc:  # room full, node full: the caller hears why
+                call.log.warning("sip_room_join_failed", error=str(exc))
+                self._reject(call, 503, None, headers=(("Retry-After", "10"),))
+                return
+            if call.state is not CallState.RINGING or call.leg not in self.calls:
+                return
         self.ua.answer(call.leg, bytes(negotiated.answer), time.monotonic())
         self.metrics.invite_to_answer.observe(time.monotonic() - call.received_monotonic)
         call.apply(CallInput.ANSWER, "answered")
@@ -323,11 +335,21 @@ class KefuServer:
             direction=n.direction,
         )
         mode = self.config.calls.media_mode
+        if self.config.calls.sip_room:
+            return  # the room's mix is played once the call has joined it
         if mode == "prompt":
             pcm = self._prompt if self._prompt is not None else chime()
             ep.play(PromptThenEcho(PcmTrack(pcm), ep.inbound))
         else:
             ep.play(ep.inbound)
+
+    async def _join_room(self, call: Call, room_id: str) -> None:
+        ep = call.endpoint
+        assert ep is not None
+        participant = await self.rooms.join_sip(room_id, call.id, ep.inbound)
+        call.room = participant
+        ep.play(participant.mixed_audio)
+        call.log.info("sip_joined_room", room=room_id)
 
     def _reinvite(self, call: Call, offer_bytes: bytes | None) -> None:
         ep, previous = call.endpoint, call.negotiated
@@ -422,6 +444,9 @@ class KefuServer:
         for task in list(call.tasks):
             if task is not current:
                 task.cancel()
+        if call.room is not None:
+            with contextlib.suppress(Exception):
+                await call.room.leave()
         ep = call.endpoint
         if ep is not None:
             stats = ep.stats

@@ -155,3 +155,51 @@ def test_torture_datagrams_then_options_still_answered(kefu) -> None:
     assert kefu.proc.poll() is None
     result = run_sipp("uac_options", kefu.sip, calls=3, rate=10, timeout=10)
     assert result.ok, result.errors
+
+
+def test_two_sip_callers_in_one_room_hear_each_other(kefu_factory, tmp_path: Path) -> None:
+    import numpy as np
+
+    from loadtest.peers import run_sipp_async
+
+    kefu = kefu_factory(env={"KEFU_CALLS_SIP_ROOM": "lobby"})
+    pcm_a = speech_like_pcm(3.0, seed=1)
+    pcap_a = tmp_path / "a.pcap"
+    make_rtp_pcap(pcap_a, pcm_a)
+    pcap_b = tmp_path / "b.pcap"
+    make_rtp_pcap(pcap_b, np.zeros(24000, dtype=np.int16))
+
+    import asyncio
+
+    async def both():
+        return await asyncio.gather(
+            run_sipp_async(
+                "uac_echo",
+                kefu.sip,
+                media_port=26050,
+                local_port=25060,
+                keys={"pcap": pcap_a},
+                variables={"audio_ms": 3000},
+                timeout=20,
+            ),
+            run_sipp_async(
+                "uac_echo",
+                kefu.sip,
+                media_port=26060,
+                local_port=25070,
+                keys={"pcap": pcap_b},
+                variables={"audio_ms": 3000},
+                timeout=20,
+            ),
+        )
+
+    with TsharkCapture(ports=[26050, 26060]) as capture:
+        results = asyncio.run(both())
+    assert all(r.ok for r in results), [r.errors for r in results]
+    streams = rtp_streams(capture.path, ports=[26050, 26060])
+    to_b = find_stream(streams, dst_port=26060)
+    heard = to_b.pcm()
+    # B (silent) hears A's speech through the room: energy and A's waveform shape.
+    assert np.abs(heard.astype(np.int32)).mean() > 200
+    _, similarity = echo_delay_and_similarity(pcm_a, heard)
+    assert similarity > 0.5, similarity

@@ -1,0 +1,102 @@
+"""``python -m loadtest SUBCOMMAND``: the SIP trunk and RTP relay benchmarks.
+
+Run inside a private network namespace, e.g.
+``unshare -n sh -c 'ip link set lo up && python3 -m loadtest sip-echo --calls 100'``.
+Each subcommand prints a JSON summary and one Markdown table row (see docs/BENCHMARKS.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def _emit(summary: dict[str, Any], header: str, row: str, out: str | None) -> None:
+    text = json.dumps(summary, indent=2, default=str)
+    sys.stdout.write(text + "\n\n" + header + "\n" + row + "\n")
+    if out:
+        Path(out).write_text(text + "\n")
+
+
+def _steps(spec: str) -> list[int]:
+    """``100:1000:100`` (start:stop:step, stop included) or ``100,200,400``."""
+    if ":" in spec:
+        start, stop, step = (int(x) for x in spec.split(":"))
+        return list(range(start, stop + 1, step))
+    return [int(x) for x in spec.split(",")]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m loadtest", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    echo = sub.add_parser("sip-echo", help="N concurrent SIPp echo calls against kefu")
+    echo.add_argument("--calls", type=int, default=100, help="concurrent calls (-l N -m N)")
+    echo.add_argument("--hold", type=float, default=20.0, help="seconds of audio per call")
+    echo.add_argument("--rate", type=float, default=None, help="calls/s (default calls/5)")
+    echo.add_argument("--transport", choices=["u1", "t1"], default="u1")
+    echo.add_argument("--no-uvloop", action="store_true", help="kefu on stock asyncio")
+    echo.add_argument("--sample", type=int, default=10, help="calls whose echo is captured")
+    echo.add_argument("--find-max", action="store_true", help="step N, report the largest passing")
+    echo.add_argument("--steps", default="100:1000:100", help="N values for --find-max")
+    echo.add_argument("--json", dest="json_out", help="also write the JSON summary here")
+
+    setup = sub.add_parser("sip-setup", help="INVITE -> 200 OK latency at a fixed call rate")
+    setup.add_argument("--cps", type=float, default=50.0)
+    setup.add_argument("--calls", type=int, default=500)
+    setup.add_argument("--no-uvloop", action="store_true")
+    setup.add_argument("--json", dest="json_out")
+
+    relay = sub.add_parser("rtp-relay", help="CPU per relayed RTP packet: kefu vs rtpengine")
+    relay.add_argument("--streams", type=int, default=100)
+    relay.add_argument("--seconds", type=float, default=20.0)
+    relay.add_argument("--no-uvloop", action="store_true")
+    relay.add_argument("--skip-rtpengine", action="store_true")
+    relay.add_argument("--json", dest="json_out")
+
+    args = parser.parse_args(argv)
+    if args.command == "sip-echo":
+        from loadtest import sip_load
+
+        def run(n: int) -> dict[str, Any]:
+            return sip_load.sip_echo(
+                n,
+                hold=args.hold,
+                rate=args.rate,
+                transport=args.transport,
+                uvloop=not args.no_uvloop,
+                sample=args.sample,
+            )
+
+        if args.find_max:
+            print(sip_load.ECHO_HEADER, flush=True)
+            result = sip_load.find_max(_steps(args.steps), run, lambda r: print(r, flush=True))
+            rows = "\n".join(sip_load.echo_row(r) for r in result["runs"])
+            _emit(result, sip_load.ECHO_HEADER, rows, args.json_out)
+            return 0
+        summary = run(args.calls)
+        _emit(summary, sip_load.ECHO_HEADER, sip_load.echo_row(summary), args.json_out)
+        return 0 if summary["pass"] else 1
+    if args.command == "sip-setup":
+        from loadtest import sip_load
+
+        summary = sip_load.sip_setup(args.cps, args.calls, uvloop=not args.no_uvloop)
+        _emit(summary, sip_load.SETUP_HEADER, sip_load.setup_row(summary), args.json_out)
+        return 0 if summary["sipp"]["ok"] else 1
+    from loadtest import rtp_relay
+
+    summary = rtp_relay.rtp_relay(
+        args.streams,
+        args.seconds,
+        uvloop=not args.no_uvloop,
+        with_rtpengine=not args.skip_rtpengine,
+    )
+    _emit(summary, rtp_relay.RELAY_HEADER, rtp_relay.relay_row(summary), args.json_out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
