@@ -1,4 +1,4 @@
-"""``python -m loadtest SUBCOMMAND``: the SIP trunk and RTP relay benchmarks.
+"""``python -m loadtest SUBCOMMAND``: the SIP trunk, RTP relay and WebRTC load tools.
 
 Run inside a private network namespace, e.g.
 ``unshare -n sh -c 'ip link set lo up && python3 -m loadtest sip-echo --calls 100'``.
@@ -57,7 +57,13 @@ def main(argv: list[str] | None = None) -> int:
     relay.add_argument("--skip-rtpengine", action="store_true")
     relay.add_argument("--json", dest="json_out")
 
+    from loadtest import webrtc
+
+    webrtc.add_arguments(sub.add_parser("webrtc", help="one aiortc caller: WAV in, WAV out"))
+
     args = parser.parse_args(argv)
+    if args.command == "webrtc":
+        return webrtc.main(args)
     if args.command == "sip-echo":
         from loadtest import sip_load
 

@@ -31,17 +31,35 @@ from aiortc import (
     MediaStreamTrack,
     RTCConfiguration,
     RTCIceServer,
+    RTCIceTransportPolicy,
     RTCPeerConnection,
     RTCSessionDescription,
 )
 from aiortc.mediastreams import MediaStreamError
+from aiortc.sdp import candidate_from_sdp
 
 from kefu.codecs.resample import StreamResampler
+from kefu.errors import LocalError, RemoteError
 from kefu.sfu import ice
 
 RATE = 48000
 FRAME = 960
 TIME_BASE = fractions.Fraction(1, RATE)
+
+
+class SignalingRefused(RemoteError):
+    """kefu answered the WebSocket with an ``error`` (bad token, forbidden, room full...) or
+    closed it before ``joined``; ``code`` is the protocol's error code."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+
+
+class NoRelayCandidates(LocalError):
+    """Relay-only mode gathered no TURN candidate in time: wrong TURN credentials, an
+    unreachable TURN server, or none configured (aiortc itself would stay silently in
+    ``new``)."""
 
 
 class PacedPcmTrack(MediaStreamTrack):
@@ -117,12 +135,14 @@ def write_wav(path: str | Path, pcm: np.ndarray, rate: int = RATE) -> None:
 
 def frame_to_mono(frame: av.AudioFrame) -> np.ndarray:
     data = frame.to_ndarray()
+    # Decide on the sample format before averaging: mean() turns s16 into float64 too.
+    is_float = data.dtype.kind == "f"
     channels = frame.layout.nb_channels
     if frame.format.is_planar:
         data = data.reshape(channels, -1).mean(axis=0)
     else:
         data = data.reshape(-1, channels).mean(axis=1)
-    if data.dtype.kind == "f":
+    if is_float:
         data = data * 32767
     return np.clip(data, -32768, 32767).astype(np.int16)
 
@@ -137,27 +157,47 @@ class WebRtcClient:
         ice_servers: tuple[dict[str, Any], ...] = (),
         host_addresses: tuple[str, ...] | None = ("127.0.0.1",),
         max_record_s: float = 120.0,
+        relay_only: bool = False,
+        gather_timeout_s: float = 5.0,
     ) -> None:
         self.mic = mic
         self.host_addresses = host_addresses
         self.events: list[dict[str, Any]] = []
+        self.signals: list[dict[str, Any]] = []
+        self._early_candidates: list[dict[str, Any] | None] = []
+        """``error`` and ``bye`` messages received after ``joined``."""
         self.connected = asyncio.Event()
         self.offer_sent_at: float | None = None
         self.connected_at: float | None = None
         self._recorded: dict[int, list[np.ndarray]] = {}
         self._max_frames = int(max_record_s * 50)
         self._tasks: set[asyncio.Task[Any]] = set()
-        self.pc = RTCPeerConnection(
-            RTCConfiguration(iceServers=[RTCIceServer(**s) for s in ice_servers])
+        self.relay_only = relay_only
+        self.gather_timeout_s = gather_timeout_s
+        self.participant_id: str | None = None
+        self.session_id: str | None = None
+        self.ice_servers: tuple[dict[str, Any], ...] = ice_servers
+        self.pc = self._new_pc(ice_servers)
+
+    def _new_pc(self, ice_servers: tuple[dict[str, Any], ...]) -> RTCPeerConnection:
+        # Relay-only uses aiortc's own RTCIceTransportPolicy.RELAY (aioice then gathers only
+        # TURN candidates and pairs nothing else), the same knob as a browser's
+        # iceTransportPolicy: "relay".
+        policy = RTCIceTransportPolicy.RELAY if self.relay_only else RTCIceTransportPolicy.ALL
+        pc = RTCPeerConnection(
+            RTCConfiguration(
+                iceServers=[RTCIceServer(**s) for s in ice_servers], iceTransportPolicy=policy
+            )
         )
-        self.channel = self.pc.createDataChannel("kefu-events")
+        self.channel = pc.createDataChannel("kefu-events")
         self.channel.on("message", self._on_message)
-        self.pc.on("track", self._on_track)
-        self.pc.on("connectionstatechange", self._on_state)
-        if mic is not None:
-            self.pc.addTrack(mic)
+        pc.on("track", self._on_track)
+        pc.on("connectionstatechange", lambda: self._on_state(pc))
+        if self.mic is not None:
+            pc.addTrack(self.mic)
         else:
-            self.pc.addTransceiver("audio", direction="recvonly")
+            pc.addTransceiver("audio", direction="recvonly")
+        return pc
 
     @property
     def connect_time(self) -> float | None:
@@ -193,44 +233,117 @@ class WebRtcClient:
     # --- over /ws ---------------------------------------------------------------------
 
     async def connect_ws(
-        self, url: str, room_id: str, *, token: str | None = None, role: str = "customer"
-    ) -> None:
-        """Join through kefu's WebSocket signaling and keep answering it in a task."""
+        self,
+        url: str,
+        room_id: str,
+        *,
+        token: str,
+        display: str = "",
+        timeout_s: float = 10.0,
+    ) -> dict[str, Any]:
+        """Join through kefu's WebSocket signaling (docs/signaling.md) and keep answering it
+        in a task; returns the ``joined`` message.
+
+        ``url`` is the ``ws://host:port/ws`` endpoint (the token is added as ``?token=``).
+        Unless the client was built with explicit ``ice_servers``, the peer connection uses
+        the ``ice_servers`` kefu hands out in ``joined`` (TURN credentials included).
+        Raises :class:`SignalingRefused` when kefu refuses and :class:`NoRelayCandidates`
+        when relay-only gathering finds no TURN candidate within ``gather_timeout_s``.
+        """
         import aiohttp
+        from yarl import URL
 
         session = aiohttp.ClientSession()
-        ws = await session.ws_connect(url)
-        join: dict[str, Any] = {"v": 1, "type": "join", "room": room_id, "role": role}
-        if token:
-            join["token"] = token
-        await ws.send_json(join)
-        offer = await self._local_offer()
-        self.offer_sent_at = time.monotonic()
-        await ws.send_json({"v": 1, "type": "offer", "sdp": offer})
+        try:
+            ws = await session.ws_connect(URL(url).update_query(token=token), heartbeat=None)
+            await ws.send_json({"v": 1, "type": "join", "room": room_id, "display": display})
+            joined = await asyncio.wait_for(self._until_joined(ws), timeout_s)
+            self.participant_id = joined.get("participant")
+            self.session_id = joined.get("session")
+            offered = tuple(joined.get("ice_servers") or ())
+            if offered and not self.ice_servers:
+                await self.pc.close()
+                self.ice_servers = offered
+                self.pc = self._new_pc(offered)
+            offer = await self._local_offer()
+            self.offer_sent_at = time.monotonic()
+            await ws.send_json({"v": 1, "type": "offer", "sdp": offer})
+        except BaseException:
+            await session.close()
+            raise
+        self._ws = ws
         self._spawn(self._ws_loop(session, ws))
+        return joined
+
+    async def _until_joined(self, ws: Any) -> dict[str, Any]:
+        import aiohttp
+
+        async for msg in ws:
+            if msg.type is not aiohttp.WSMsgType.TEXT:
+                break
+            data = json.loads(msg.data)
+            if data.get("type") == "joined":
+                return dict(data)
+            if data.get("type") == "error":
+                raise SignalingRefused(str(data.get("code")), str(data.get("message")))
+        raise SignalingRefused("closed", f"socket closed before joined (code {ws.close_code})")
+
+    async def leave(self) -> None:
+        """Say ``leave`` (the server answers ``bye`` and closes the socket)."""
+        ws = getattr(self, "_ws", None)
+        if ws is not None and not ws.closed:
+            await ws.send_json({"v": 1, "type": "leave"})
 
     async def _ws_loop(self, session: Any, ws: Any) -> None:
+        import aiohttp
+
         try:
             async for msg in ws:
-                data = json.loads(msg.data)
-                kind = data.get("type")
-                if kind == "answer":
-                    await self.pc.setRemoteDescription(
-                        RTCSessionDescription(sdp=data["sdp"], type="answer")
-                    )
-                elif kind == "offer":
-                    await self.pc.setRemoteDescription(
-                        RTCSessionDescription(sdp=data["sdp"], type="offer")
-                    )
-                    answer = await self.pc.createAnswer()
-                    with ice.host_addresses(self.host_addresses):
-                        await self.pc.setLocalDescription(answer)
-                    await ws.send_json({"v": 1, "type": "answer", "sdp": answer.sdp})
-                elif kind == "event" and isinstance(data.get("event"), dict):
-                    self.events.append(data["event"])
+                if msg.type is not aiohttp.WSMsgType.TEXT:
+                    break
+                await self._on_signal(ws, json.loads(msg.data))
         finally:
             await ws.close()
             await session.close()
+
+    async def _on_signal(self, ws: Any, data: dict[str, Any]) -> None:
+        kind = data.get("type")
+        if kind == "answer":
+            await self.pc.setRemoteDescription(
+                RTCSessionDescription(sdp=data["sdp"], type="answer")
+            )
+            early, self._early_candidates = self._early_candidates, []
+            for candidate in early:
+                await self._add_remote_candidate(candidate)
+        elif kind == "offer":
+            await self.pc.setRemoteDescription(RTCSessionDescription(sdp=data["sdp"], type="offer"))
+            answer = await self.pc.createAnswer()
+            with ice.host_addresses(self.host_addresses):
+                await self.pc.setLocalDescription(answer)
+            await ws.send_json({"v": 1, "type": "answer", "sdp": self.pc.localDescription.sdp})
+        elif kind == "candidate":
+            await self._add_remote_candidate(data.get("candidate"))
+        elif kind == "event" and isinstance(data.get("event"), dict):
+            self.events.append(data["event"])
+        elif kind in ("error", "bye"):
+            self.signals.append(data)
+
+    async def _add_remote_candidate(self, candidate: dict[str, Any] | None) -> None:
+        if self.pc.remoteDescription is None:
+            # kefu may trickle (even end-of-candidates) before its answer arrives; applying
+            # them now would end ICE with no remote candidates and fail the connection.
+            self._early_candidates.append(candidate)
+            return
+        if candidate is None:
+            await self.pc.addIceCandidate(None)
+            return
+        text = str(candidate.get("candidate", ""))
+        if not text:
+            return
+        parsed = candidate_from_sdp(text.removeprefix("candidate:"))
+        parsed.sdpMid = candidate.get("sdpMid")
+        parsed.sdpMLineIndex = candidate.get("sdpMLineIndex")
+        await self.pc.addIceCandidate(parsed)
 
     # --- media ------------------------------------------------------------------------
 
@@ -258,8 +371,27 @@ class WebRtcClient:
     async def _local_offer(self) -> str:
         offer = await self.pc.createOffer()
         with ice.host_addresses(self.host_addresses):
-            await self.pc.setLocalDescription(offer)
-        return str(self.pc.localDescription.sdp)
+            try:
+                # aiortc gathers every candidate inside setLocalDescription; a TURN server
+                # that keeps refusing must not hang the client.
+                await asyncio.wait_for(self.pc.setLocalDescription(offer), self.gather_timeout_s)
+            except TimeoutError:
+                if self.relay_only:
+                    raise NoRelayCandidates(self._no_relay_message()) from None
+                raise
+        sdp = str(self.pc.localDescription.sdp)
+        if self.relay_only and " typ relay" not in sdp:
+            raise NoRelayCandidates(self._no_relay_message())
+        return sdp
+
+    def _no_relay_message(self) -> str:
+        urls = [u for s in self.ice_servers for u in _urls(s) if u.startswith(("turn:", "turns:"))]
+        where = ", ".join(urls) if urls else "no TURN server configured"
+        return (
+            f"no relay candidates gathered within {self.gather_timeout_s:g} s ({where}): "
+            "check the TURN credentials (webrtc.turn_secret must equal coturn's "
+            "static-auth-secret) and that the TURN server is reachable"
+        )
 
     def _on_track(self, track: MediaStreamTrack) -> None:
         if track.kind == "audio":
@@ -289,8 +421,10 @@ class WebRtcClient:
             if isinstance(event, dict):
                 self.events.append(event)
 
-    def _on_state(self) -> None:
-        if self.pc.connectionState == "connected" and not self.connected.is_set():
+    def _on_state(self, pc: RTCPeerConnection) -> None:
+        if pc is not self.pc:
+            return
+        if pc.connectionState == "connected" and not self.connected.is_set():
             self.connected_at = time.monotonic()
             self.connected.set()
 
@@ -298,3 +432,8 @@ class WebRtcClient:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+def _urls(server: dict[str, Any]) -> list[str]:
+    urls = server.get("urls", ())
+    return [urls] if isinstance(urls, str) else [str(u) for u in urls]

@@ -99,8 +99,9 @@ def start_kefu(tmp_path: Path, *args: str, env: dict[str, str] | None = None) ->
         "31000-31999",
         *args,
     ]
+    defaults = {"KEFU_CALLS_DRAIN_TIMEOUT": "2", "KEFU_SERVER_STATE_DIR": str(tmp_path / "state")}
     proc = subprocess.Popen(
-        cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+        cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **defaults, **(env or {})}
     )
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:

@@ -203,3 +203,48 @@ def test_two_sip_callers_in_one_room_hear_each_other(kefu_factory, tmp_path: Pat
     assert np.abs(heard.astype(np.int32)).mean() > 200
     _, similarity = echo_delay_and_similarity(pcm_a, heard)
     assert similarity > 0.5, similarity
+
+
+def test_sigterm_drains_new_calls_get_503_and_calls_in_progress_finish(
+    kefu_factory, speech
+) -> None:
+    import signal
+    import threading
+
+    from helpers.sip_trunk import invite
+
+    kefu = kefu_factory(env={"KEFU_CALLS_DRAIN_TIMEOUT": "10"})
+    pcap, _, seconds = speech
+    outcome = {}
+
+    def call() -> None:
+        outcome["result"] = run_sipp(
+            "uac_echo",
+            kefu.sip,
+            media_port=26070,
+            keys={"pcap": pcap},
+            variables={"audio_ms": int(seconds * 1000)},
+            timeout=15,
+        )
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    deadline = time.monotonic() + 5
+    while kefu.metric("kefu_active_calls") < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    kefu.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.settimeout(3)
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        sock.sendto(
+            invite(via_host=f"127.0.0.1:{port}", call_id="late"), (kefu.sip_host, kefu.sip_port)
+        )
+        statuses = []
+        while not statuses or statuses[-1] < 200:
+            statuses.append(int(sock.recvfrom(65535)[0].split(b" ", 2)[1]))
+    assert statuses[-1] == 503
+    caller.join(20)
+    assert outcome["result"].ok, outcome["result"].errors
+    assert kefu.proc.wait(15) == 0

