@@ -14,7 +14,6 @@ import os
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import av
 import numpy as np
@@ -290,12 +289,15 @@ async def call_factory(make_call) -> AsyncIterator[Callable[..., object]]:
         call.caller.stop()
 
 
-def transcribe(services: AiServices, pcm22k: np.ndarray) -> str:
-    from kefu.ai_bridge.tracks import OUTPUT_RATE
+@pytest.fixture(scope="session")
+def hear() -> Callable[[AiServices, np.ndarray], str]:
+    """Transcribe the bot's audio (22.05 kHz) with the same Whisper the agent uses."""
 
-    pcm16 = resample(pcm22k.astype(np.int16), OUTPUT_RATE, 16000).astype(np.int16)
-    assert services.asr is not None
-    return services.asr.transcribe_sync(pcm16).text  # type: ignore[attr-defined]
+    def transcribe(services: AiServices, pcm22k: np.ndarray) -> str:
+        from kefu.ai_bridge.tracks import OUTPUT_RATE
 
+        pcm16 = resample(pcm22k.astype(np.int16), OUTPUT_RATE, 16000).astype(np.int16)
+        assert services.asr is not None
+        return services.asr.transcribe_sync(pcm16).text  # type: ignore[attr-defined]
 
-HERE = Path(__file__).parent
+    return transcribe
