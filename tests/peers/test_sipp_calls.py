@@ -248,3 +248,13 @@ def test_sigterm_drains_new_calls_get_503_and_calls_in_progress_finish(
     caller.join(20)
     assert outcome["result"].ok, outcome["result"].errors
     assert kefu.proc.wait(15) == 0
+
+
+def test_digest_authenticated_trunk(kefu_factory) -> None:
+    env = {"KEFU_SIP_AUTH_USERS": "vcc:s3cret", "KEFU_SIP_AUTH_ALGORITHM": "MD5"}
+    kefu = kefu_factory(env=env)
+    good = run_sipp("uac_auth", kefu.sip, timeout=15, extra=["-au", "vcc", "-ap", "s3cret"])
+    assert good.ok, good.errors
+    bad = run_sipp("uac_auth", kefu.sip, timeout=6, extra=["-au", "vcc", "-ap", "wrong"])
+    assert not bad.ok
+    assert kefu.metric("kefu_calls_total", 'result="completed"') == 1
