@@ -139,7 +139,7 @@ export class KefuCall extends EventTarget {
       if (resuming) this._send({ type: "resume", session: this.session, token: this.token });
       else this._send({ type: "join", room: this.room, display: this.display });
     };
-    ws.onmessage = (msg) => this._onMessage(msg.data);
+    ws.onmessage = (msg) => { if (ws === this.ws) this._onMessage(msg.data); };
     ws.onclose = (ev) => {
       clearTimeout(timer);
       if (ws !== this.ws) return;

@@ -9,14 +9,12 @@ import pytest
 
 from loadtest.peers import SIPP_DIR, resolve_scenario, sipp_command
 
-SCENARIOS = [
-    "uac_cancel.xml", "uac_dtmf_refer.xml", "uac_echo.xml", "uac_info_dtmf.xml",
-    "uac_options.xml", "uac_wait_bye.xml", "uas_kefu_mimic.xml",
-]  # fmt: skip
+SCENARIOS = sorted(p.name for p in SIPP_DIR.glob("*.xml"))
+CORE = {"uac_cancel.xml", "uac_echo.xml", "uac_options.xml", "uas_kefu_mimic.xml"}
 
 
-def test_the_scenario_set() -> None:
-    assert sorted(p.name for p in SIPP_DIR.glob("*.xml")) == SCENARIOS
+def test_the_core_scenarios_exist() -> None:
+    assert set(SCENARIOS) >= CORE
 
 
 @pytest.mark.parametrize("name", SCENARIOS)
