@@ -178,3 +178,89 @@ async def test_draining_refuses_new_calls(server: KefuServer) -> None:
     resp = await trunk.expect(503)
     assert resp.headers.get("Retry-After") == "30"
     assert server.ready()[0] is False
+
+
+async def _answered_call(server: KefuServer, trunk: Trunk, phone: RtpEndpoint, call_id: str):
+    port = server.sip_address[1]
+    trunk.transport.sendto(
+        sip("INVITE", port, phone.local_port, call_id=call_id, branch=f"z9hG4bK-{call_id}"),
+        server.sip_address,
+    )
+    ok = await trunk.expect(200)
+    tag = ok.to.tag or ""
+    trunk.transport.sendto(
+        sip("ACK", port, call_id=call_id, to_tag=tag, branch=f"z9hG4bK-ack-{call_id}"),
+        server.sip_address,
+    )
+    kefu_rtp = int(ok.body.decode().split("m=audio ")[1].split()[0])
+    phone.start(("127.0.0.1", kefu_rtp), codec_info("PCMU"), 0, 101)
+    return tag, kefu_rtp
+
+
+async def test_reinvite_hold_then_unhold_stops_and_resumes_our_audio(server: KefuServer) -> None:
+    port = server.sip_address[1]
+    trunk = await trunk_socket()
+    phone = await RtpEndpoint.open("127.0.0.1", PortAllocator(33010, 33019))
+    tag, _ = await _answered_call(server, trunk, phone, "hold-1")
+    phone.play(PcmTrack(tone(3.0), 8000))
+    await asyncio.sleep(0.5)
+    (call,) = server.calls.values()
+    assert call.endpoint.sender.sending
+
+    hold = sip(
+        "INVITE",
+        port,
+        phone.local_port,
+        cseq=2,
+        to_tag=tag,
+        branch="z9hG4bK-h",
+        call_id="hold-1",
+        direction="sendonly",
+    )
+    trunk.transport.sendto(hold, server.sip_address)
+    ok = await trunk.expect(200)
+    assert b"a=recvonly" in ok.body
+    assert not call.endpoint.sender.sending
+    sent_on_hold = call.endpoint.stats.packets_sent
+    await asyncio.sleep(0.3)
+    assert call.endpoint.stats.packets_sent == sent_on_hold
+
+    unhold = sip(
+        "INVITE", port, phone.local_port, cseq=3, to_tag=tag, branch="z9hG4bK-u", call_id="hold-1"
+    )
+    trunk.transport.sendto(unhold, server.sip_address)
+    ok = await trunk.expect(200)
+    assert b"a=sendrecv" in ok.body or b"a=recvonly" not in ok.body
+    await asyncio.sleep(0.3)
+    assert call.endpoint.stats.packets_sent > sent_on_hold
+    await phone.close()
+
+
+async def test_rtp_garbage_and_strangers_are_dropped_and_the_call_goes_on(
+    server: KefuServer,
+) -> None:
+    trunk = await trunk_socket()
+    phone = await RtpEndpoint.open("127.0.0.1", PortAllocator(33020, 33029))
+    _, kefu_rtp = await _answered_call(server, trunk, phone, "garbage-1")
+    phone.play(PcmTrack(tone(2.0), 8000))
+    await asyncio.sleep(0.3)
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as stranger:
+        stranger.bind(("127.0.0.1", 0))
+        for payload in (b"", b"\x00", b"\xff" * 11, b"garbage" * 50):
+            stranger.sendto(payload, ("127.0.0.1", kefu_rtp))
+        # A well-formed RTP packet from an address kefu did not latch to.
+        stranger.sendto(
+            bytes([0x80, 0, 0, 1, 0, 0, 0, 160, 1, 2, 3, 4]) + b"\xff" * 160,
+            ("127.0.0.1", kefu_rtp),
+        )
+    await asyncio.sleep(0.3)
+    (call,) = server.calls.values()
+    stats = call.endpoint.stats
+    assert stats.dropped_unlatched >= 1
+    assert stats.dropped_malformed + stats.dropped_unlatched >= 5
+    received_before = stats.packets_received
+    await asyncio.sleep(0.3)
+    assert call.endpoint.stats.packets_received > received_before  # still flowing
+    await phone.close()

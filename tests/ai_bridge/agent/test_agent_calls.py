@@ -76,9 +76,10 @@ async def test_barge_in_stops_output_and_cancels_the_answer(
     llm_server.delay = 0.6
     call = await call_factory(_with_llm(services, llm_server.url))
     await call.sender.fast_forward(call.agent)
+    asked = asyncio.get_running_loop().time()
     call.caller.say(spoken("What are your opening hours?"))
     # Let the bot speak for half a second, then interrupt it.
-    await call.sender.wait_for(lambda: len(call.sender.speech_frames_after(0)) >= 25, 20)
+    await call.sender.wait_for(lambda: len(call.sender.speech_frames_after(asked)) >= 25, 20)
     assert call.agent._answer_task is not None and not call.agent._answer_task.done()
     call.caller.say(spoken("Actually, how do I return an item?"))
     event = await call.bus.wait(BargeIn, timeout=10)
@@ -107,8 +108,9 @@ async def test_backchannel_pauses_then_resumes_without_flush(
 ) -> None:
     call = await call_factory(services)
     await call.sender.fast_forward(call.agent)
+    asked = asyncio.get_running_loop().time()
     call.caller.say(spoken("What are your opening hours?"))
-    await call.sender.wait_for(lambda: len(call.sender.speech_frames_after(0)) >= 25, 20)
+    await call.sender.wait_for(lambda: len(call.sender.speech_frames_after(asked)) >= 25, 20)
     call.caller.say(spoken("Uh-huh.", 0.7))
     await call.sender.wait_for(lambda: call.agent.outbound.paused, 5)
     await call.sender.wait_for(lambda: call.agent.backchannels == 1, 5)
