@@ -43,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     echo.add_argument("--find-max", action="store_true", help="step N, report the largest passing")
     echo.add_argument("--steps", default="100:1000:100", help="N values for --find-max")
     echo.add_argument("--json", dest="json_out", help="also write the JSON summary here")
+    echo.add_argument("--profile", help="py-spy kefu in the steady window into this file")
 
     setup = sub.add_parser("sip-setup", help="INVITE -> 200 OK latency at a fixed call rate")
     setup.add_argument("--cps", type=float, default=50.0)
@@ -75,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
                 transport=args.transport,
                 uvloop=not args.no_uvloop,
                 sample=args.sample,
+                profile=Path(args.profile).resolve() if args.profile else None,
             )
 
         if args.find_max:
@@ -84,6 +86,11 @@ def main(argv: list[str] | None = None) -> int:
             _emit(result, sip_load.ECHO_HEADER, rows, args.json_out)
             return 0
         summary = run(args.calls)
+        if args.profile:
+            summary["profile_top_self"] = [
+                f"{self_pct:5.1f}% self {incl:5.1f}% incl  {frame}"
+                for frame, self_pct, incl in sip_load.top_frames(Path(args.profile))
+            ]
         _emit(summary, sip_load.ECHO_HEADER, sip_load.echo_row(summary), args.json_out)
         return 0 if summary["pass"] else 1
     if args.command == "sip-setup":

@@ -282,8 +282,13 @@ def sip_echo(
     sample: int = 10,
     sip_port: int = 5070,
     http_port: int = 8090,
+    profile: Path | None = None,
 ) -> dict[str, Any]:
-    """N concurrent echo calls of ``hold`` seconds; a JSON-able summary (see BENCHMARKS.md)."""
+    """N concurrent echo calls of ``hold`` seconds; a JSON-able summary (see BENCHMARKS.md).
+
+    With ``profile``, py-spy samples kefu during the steady window into that file (collapsed
+    stacks, ``--format raw``); :func:`top_frames` summarises it.
+    """
     rate = rate or max(10.0, calls / 5)
     sample = max(1, min(sample, calls))
     ramp = calls / rate
@@ -333,6 +338,7 @@ def sip_echo(
             win_b = max(win_a + 1.0, t0 + audio_ms / 1000 + 0.8)
             sleep_until(win_a)
             steady_a = sample_cpu(pids)
+            spy = _start_py_spy(kefu.pid, profile, win_b - win_a) if profile else None
             sleep_until((win_a + win_b) / 2)
             try:
                 active = kefu_gauge(kefu, "kefu_active_calls")
@@ -341,6 +347,8 @@ def sip_echo(
             rss_steady = rss_kib(kefu.pid)
             sleep_until(win_b)
             steady_b = sample_cpu(pids)
+            if spy is not None:
+                _stop_process(spy, signal.SIGINT, 10.0)
             result = sipp.wait(timeout=ramp + hold + 45)
             sipp = None
             time.sleep(0.5)  # kefu logs rtp_closed right after answering the last BYE
@@ -516,6 +524,33 @@ def find_max(
             break
         best = n
     return {"benchmark": "sip-echo-find-max", "max_calls": best, "runs": results}
+
+
+def _start_py_spy(pid: int, out: Path, seconds: float) -> subprocess.Popen[bytes]:
+    cmd = ["py-spy", "record", "--pid", str(pid), "--format", "raw", "-o", str(out)]
+    cmd += ["--duration", str(max(1, int(seconds))), "--rate", "200"]
+    return subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+
+
+def top_frames(collapsed: Path, limit: int = 20) -> list[tuple[str, float, float]]:
+    """(frame, self %, inclusive %) of a py-spy raw profile, by self time."""
+    self_n: dict[str, int] = {}
+    incl_n: dict[str, int] = {}
+    total = 0
+    for line in collapsed.read_text(errors="replace").splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not stack or not count_text.isdigit():
+            continue
+        count = int(count_text)
+        total += count
+        frames = stack.split(";")
+        self_n[frames[-1]] = self_n.get(frames[-1], 0) + count
+        for frame in set(frames):
+            incl_n[frame] = incl_n.get(frame, 0) + count
+    ranked = sorted(self_n.items(), key=lambda kv: -kv[1])[:limit]
+    return [(f, 100 * n / total, 100 * incl_n[f] / total) for f, n in ranked] if total else []
 
 
 # --- sip-setup -----------------------------------------------------------------------------

@@ -52,6 +52,7 @@ def sip(
     to_tag: str = "",
     branch: str = "z9hG4bK-a",
     call_id: str = "echo-1",
+    direction: str = "",
 ) -> bytes:
     body = ""
     if rtp_port is not None:
@@ -59,6 +60,8 @@ def sip(
             "v=0\r\no=t 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n"
             f"m=audio {rtp_port} RTP/AVP 0 101\r\na=rtpmap:101 telephone-event/8000\r\n"
         )
+        if direction:
+            body += f"a={direction}\r\n"
     to = "<sip:ai@127.0.0.1>" + (f";tag={to_tag}" if to_tag else "")
     head = (
         f"{method} sip:ai@127.0.0.1:{port} SIP/2.0\r\n"
