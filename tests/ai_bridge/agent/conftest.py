@@ -285,6 +285,8 @@ async def call_factory(make_call) -> AsyncIterator[Callable[..., object]]:
     yield make_call
     for call in make_call.calls:
         await call.agent.close()
+        if call.agent.services.llm is not None:
+            await call.agent.services.llm.close()
         await call.sender.stop()
         call.caller.stop()
 

@@ -99,8 +99,10 @@ async def test_barge_in_stops_output_and_cancels_the_answer(
     assert first.barge_in and first.source == "llm"
     await asyncio.wait_for(llm_server.closed.wait(), 5)  # the LLM stream was closed
     # The interruption is answered.
-    second = await call.bus.wait(Utterance, lambda e: e.speaker == "bot" and e.turn_id == 2, 25)
-    assert "return" in second.text.lower()
+    said = await call.bus.wait(Utterance, lambda e: e.speaker == "caller" and e.turn_id == 2, 25)
+    assert "return" in said.text.lower()
+    await call.bus.wait(Utterance, lambda e: e.speaker == "bot" and e.turn_id == 2, 25)
+    assert llm_server.requests == 2
 
 
 async def test_backchannel_pauses_then_resumes_without_flush(
@@ -207,9 +209,11 @@ class FakeLlm:
         self.delay = 0.0
         self.url = ""
         self.closed = asyncio.Event()
+        self.requests = 0
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         await request.json()
+        self.requests += 1
         self.closed.clear()
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
@@ -221,7 +225,7 @@ class FakeLlm:
                 chunk = {"choices": [{"delta": {"content": text}}]}
                 await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
             await resp.write(b"data: [DONE]\n\n")
-        except (ConnectionResetError, asyncio.CancelledError):
+        except (ConnectionError, asyncio.CancelledError):
             self.closed.set()
             raise
         self.closed.set()
