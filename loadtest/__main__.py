@@ -42,8 +42,14 @@ def main(argv: list[str] | None = None) -> int:
     echo.add_argument("--sample", type=int, default=10, help="calls whose echo is captured")
     echo.add_argument("--find-max", action="store_true", help="step N, report the largest passing")
     echo.add_argument("--steps", default="100:1000:100", help="N values for --find-max")
+    echo.add_argument(
+        "--gaps-only",
+        action="store_true",
+        help="--find-max judges echo loss by sequence gaps only (blind to skipped frames)",
+    )
     echo.add_argument("--json", dest="json_out", help="also write the JSON summary here")
     echo.add_argument("--profile", help="py-spy kefu in the steady window into this file")
+    echo.add_argument("--keep", help="copy kefu's log and the echo capture into this folder")
 
     setup = sub.add_parser("sip-setup", help="INVITE -> 200 OK latency at a fixed call rate")
     setup.add_argument("--cps", type=float, default=50.0)
@@ -77,11 +83,17 @@ def main(argv: list[str] | None = None) -> int:
                 uvloop=not args.no_uvloop,
                 sample=args.sample,
                 profile=Path(args.profile).resolve() if args.profile else None,
+                keep=Path(args.keep).resolve() if args.keep else None,
             )
 
         if args.find_max:
             print(sip_load.ECHO_HEADER, flush=True)
-            result = sip_load.find_max(_steps(args.steps), run, lambda r: print(r, flush=True))
+            result = sip_load.find_max(
+                _steps(args.steps),
+                run,
+                lambda r: print(r, flush=True),
+                verdict="pass_gaps_only" if args.gaps_only else "pass",
+            )
             rows = "\n".join(sip_load.echo_row(r) for r in result["runs"])
             _emit(result, sip_load.ECHO_HEADER, rows, args.json_out)
             return 0

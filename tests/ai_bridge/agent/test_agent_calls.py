@@ -21,8 +21,14 @@ from kefu.ai_bridge.trace import TurnTrace
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
-MARKS = ("speech_end", "end_of_turn", "asr_final", "answer_chosen", "first_tts_audio",
-         "first_packet")
+MARKS = (
+    "speech_end",
+    "end_of_turn",
+    "asr_final",
+    "answer_chosen",
+    "first_tts_audio",
+    "first_packet",
+)
 
 
 async def ask(call, spoken, question: str, turn: int = 1) -> TurnTrace:
@@ -82,18 +88,22 @@ async def test_barge_in_stops_output_and_cancels_the_answer(
     await call.sender.wait_for(lambda: len(call.sender.speech_frames_after(asked)) >= 25, 20)
     assert call.agent._answer_task is not None and not call.agent._answer_task.done()
     call.caller.say(spoken("Actually, how do I return an item?"))
-    event = await call.bus.wait(BargeIn, timeout=10)
+    event = await call.bus.wait(BargeIn, within=10)
     assert isinstance(event, BargeIn)
     speech_start = call.caller.said_at[-1]
     last_speech = max(f.at for f in call.sender.frames if f.speech and f.at < event.paused_at + 1)
     stop = last_speech + 0.02  # that frame's audio ends 20 ms after it went out
-    print(f"\nbarge-in: output stopped {1000 * (stop - speech_start):.0f} ms after speech "
-          f"start (event says {event.stop_latency_ms} ms), flushed {event.flushed_ms} ms")
+    print(
+        f"\nbarge-in: output stopped {1000 * (stop - speech_start):.0f} ms after speech "
+        f"start (event says {event.stop_latency_ms} ms), flushed {event.flushed_ms} ms"
+    )
     assert stop - speech_start <= 0.3
     assert event.flushed_ms > 0 and call.agent.outbound.queued_samples == 0
     await asyncio.sleep(0)
-    assert call.agent._answer_task is None or call.agent._answer_task.done() or (
-        call.agent._answer_task.cancelling()
+    assert (
+        call.agent._answer_task is None
+        or call.agent._answer_task.done()
+        or (call.agent._answer_task.cancelling())
     )
     first = await call.bus.wait(TurnTrace, lambda e: e.turn_id == 1, 5)
     assert first.barge_in and first.source == "llm"
@@ -128,32 +138,40 @@ async def test_backchannel_pauses_then_resumes_without_flush(
 
 async def test_unanswerable_question_offers_a_human(services, call_factory, spoken) -> None:
     call = await call_factory(services)
-    trace = await ask(call, spoken, "Can you repair the engine of my car?")
+    trace = await ask(call, spoken, "Who won the football match last night?")
     assert trace.source == "fallback"
     assert "colleague" in trace.answer_text and "Monday" not in trace.answer_text
 
 
 async def test_broken_asr_apologizes_and_requests_handoff(services, call_factory, hear) -> None:
     broken = AiServices(
-        services.settings, asr=WhisperAsr("/nonexistent/whisper"), voice=services.voice,
-        dialog=services.dialog, metrics=services.metrics,
+        services.settings,
+        asr=WhisperAsr("/nonexistent/whisper"),
+        voice=services.voice,
+        dialog=services.dialog,
+        metrics=services.metrics,
     )
     assert "failed" in broken.readiness()["asr"] and not broken.ready
     call = await call_factory(broken)
     assert call.agent.unavailable and call.agent.listener is None
     await call.sender.fast_forward(call.agent)
-    event = await call.bus.wait(HandoffRequested, timeout=5)
+    event = await call.bus.wait(HandoffRequested, within=5)
     assert event.reason == AI_UNAVAILABLE and "asr" in event.detail
     heard = hear(services, call.sender.audio_between(0)).lower()
     assert "sorry" in heard or "transfer" in heard, heard
 
 
 async def test_no_voice_at_all_plays_a_tone_and_hands_off(services, call_factory) -> None:
-    mute = AiServices(services.settings, asr=services.asr, voice=None, dialog=services.dialog,
-                      metrics=services.metrics)
+    mute = AiServices(
+        services.settings,
+        asr=services.asr,
+        voice=None,
+        dialog=services.dialog,
+        metrics=services.metrics,
+    )
     call = await call_factory(mute)
     await call.sender.fast_forward(call.agent)
-    event = await call.bus.wait(HandoffRequested, timeout=5)
+    event = await call.bus.wait(HandoffRequested, within=5)
     assert event.reason == AI_UNAVAILABLE and "tts" in event.detail
     assert len(call.sender.speech_frames_after(0)) > 20  # the beeps
 
@@ -184,7 +202,7 @@ async def test_llm_answer_is_spoken_and_kb_when_llm_is_down(
 
 async def test_interaction_log_has_one_line_per_turn(services, ai_settings) -> None:
     await services.interaction_log.flush()
-    lines = Path(ai_settings.interaction_log).read_text().splitlines()
+    lines = (await asyncio.to_thread(Path(ai_settings.interaction_log).read_text)).splitlines()
     assert lines
     rec = json.loads(lines[-1])
     assert {"call_id", "turn_id", "transcript", "intent", "source", "stages_ms"} <= set(rec)
@@ -196,7 +214,11 @@ def _with_llm(services: AiServices, url: str) -> AiServices:
     llm = LlmClient(LlmConfig(url, first_token_timeout_s=0.8))
     with_llm = DialogManager(dm.retriever, dm.intents, dm.embedder, llm=llm)
     return AiServices(
-        services.settings, asr=services.asr, voice=services.voice, dialog=with_llm, llm=llm,
+        services.settings,
+        asr=services.asr,
+        voice=services.voice,
+        dialog=with_llm,
+        llm=llm,
         metrics=services.metrics,
     )
 

@@ -151,9 +151,19 @@ async def test_tap_converts_8k_to_16k_and_ends_cleanly() -> None:
 
 def _trace(**kw: object) -> TurnTrace:
     base: dict[str, object] = dict(
-        call_id="c1", turn_id=1, speech_end=10.0, end_of_turn=10.25, asr_final=10.3,
-        answer_chosen=10.32, first_tts_audio=10.45, first_packet=10.47, transcript="hi",
-        intent="greeting", source="greeting", answer_text="Hello!", barge_in=False,
+        call_id="c1",
+        turn_id=1,
+        speech_end=10.0,
+        end_of_turn=10.25,
+        asr_final=10.3,
+        answer_chosen=10.32,
+        first_tts_audio=10.45,
+        first_packet=10.47,
+        transcript="hi",
+        intent="greeting",
+        source="greeting",
+        answer_text="Hello!",
+        barge_in=False,
     )
     base.update(kw)
     return TurnTrace(**base)  # type: ignore[arg-type]
@@ -163,7 +173,11 @@ def test_trace_stages_and_metrics() -> None:
     tr = _trace()
     assert tr.response_s == pytest.approx(0.47)
     assert tr.stages_ms() == {
-        "response": 470.0, "endpoint": 250.0, "asr": 50.0, "dialog": 20.0, "tts": 130.0,
+        "response": 470.0,
+        "endpoint": 250.0,
+        "asr": 50.0,
+        "dialog": 20.0,
+        "tts": 130.0,
         "playout": 20.0,
     }
     assert _trace(first_packet=None).response_s is None
@@ -182,8 +196,12 @@ async def test_tracer_writes_interaction_log_off_loop(tmp_path) -> None:
     path = tmp_path / "log" / "turns.jsonl"
     ilog = InteractionLog(path)
     published: list[object] = []
-    tracer = TurnTracer("c9", metrics=TurnMetrics(CollectorRegistry()), interaction_log=ilog,
-                        publish=published.append)
+    tracer = TurnTracer(
+        "c9",
+        metrics=TurnMetrics(CollectorRegistry()),
+        interaction_log=ilog,
+        publish=published.append,
+    )
     m = tracer.marks(3)
     m.speech_end, m.first_packet, m.transcript, m.source = 1.0, 1.6, "where is my order", "kb"
     trace = tracer.finish(3, barge_in=True)
