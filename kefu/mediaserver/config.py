@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from kefu.ai_bridge.settings import AiSettings
 from kefu.errors import ConfigError
 
 MEDIA_MODES = ("echo", "prompt", "ai")
@@ -94,7 +95,7 @@ class CallsConfig:
     """Put every SIP call into this WebRTC room (role ``sip``) instead of echo/prompt/ai."""
     ring_seconds: float = 0.0
     """Send 180 Ringing and wait this long before answering (0: answer at once)."""
-    media_mode: str = "echo"
+    media_mode: str = "ai"
     prompt_wav: str | None = None
     """WAV played first in ``prompt`` mode; a built-in tone is used when unset."""
 
@@ -147,6 +148,7 @@ class Config:
     webrtc: WebRtcConfig = field(default_factory=WebRtcConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
     server: ServerConfig = field(default_factory=ServerConfig)
+    ai: AiSettings = field(default_factory=AiSettings)
     log: LogConfig = field(default_factory=LogConfig)
 
     @property
@@ -246,6 +248,10 @@ def _validate(config: Config) -> Config:
             f"calls.media_mode must be one of {', '.join(MEDIA_MODES)}, "
             f"got {config.calls.media_mode!r}",
             key="calls.media_mode",
+        )
+    if config.ai.language not in ("en", "zh"):
+        raise ConfigError(
+            f"ai.language must be en or zh, got {config.ai.language!r}", key="ai.language"
         )
     if config.calls.max_concurrent < 1:
         raise ConfigError("calls.max_concurrent must be at least 1", key="calls.max_concurrent")

@@ -8,6 +8,8 @@ only members left are server-side participants is closed by :meth:`RoomService.s
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import av
@@ -18,6 +20,7 @@ from kefu.sfu.api import LocalParticipant, Participant, Sfu
 
 log = structlog.get_logger("kefu.rooms")
 
+BotFactory = Callable[[str, MediaStreamTrack, Callable[[object], None]], Any]
 SERVER_ROLES = frozenset({"bot", "sip"})
 BOT_ID = "kefu-bot"
 
@@ -58,7 +61,11 @@ class RoomService:
         self.no_bot_rooms = no_bot_rooms
         """Rooms where people talk to each other (e.g. the SIP room): no echoing bot."""
         self._bots: dict[str, LocalParticipant] = {}
-        self._joining: dict[str, asyncio.Task[Any]] = {}
+        self._agents: dict[str, Any] = {}
+        self.make_bot: Callable[[str, MediaStreamTrack, Callable[[object], None]], Any] | None = (
+            None
+        )
+        """Builds the AI agent for a room (hears the room's mix); None: the bot echoes."""
 
     async def join(
         self, room_id: str, participant_id: str, *, role: str, display: str = ""
@@ -72,11 +79,23 @@ class RoomService:
         return self.sfu.room_exists(room_id)
 
     async def _add_bot(self, room_id: str) -> None:
-        echo = DeferredTrack()
-        bot = await self.sfu.join_local(room_id, BOT_ID, "bot", echo, display="kefu")
-        echo.connect(bot.mixed_audio)
+        speaks = DeferredTrack()
+        bot = await self.sfu.join_local(room_id, BOT_ID, "bot", speaks, display="kefu")
         self._bots[room_id] = bot
-        log.info("room_bot_joined", room=room_id, mode="echo")
+        if self.make_bot is None:
+            speaks.connect(bot.mixed_audio)
+            log.info("room_bot_joined", room=room_id, mode="echo")
+            return
+
+        def publish(event: object) -> None:
+            if dataclasses.is_dataclass(event):
+                bot.publish_event({"type": type(event).__name__, **_fields(event)})
+
+        agent = self.make_bot(room_id, bot.mixed_audio, publish)
+        self._agents[room_id] = agent
+        speaks.connect(agent.outbound)
+        await agent.start()
+        log.info("room_bot_joined", room=room_id, mode="ai")
 
     async def join_sip(
         self, room_id: str, call_id: str, caller_audio: MediaStreamTrack
@@ -90,13 +109,31 @@ class RoomService:
             room_id = info.room_id
             humans = [pid for pid, role in info.participants if role not in SERVER_ROLES]
             if not humans and room_id in self._bots:
-                await self._bots.pop(room_id).leave()
+                await self._remove_bot(room_id)
                 log.info("room_bot_left", room=room_id)
         for room_id in [r for r in self._bots if not self.sfu.room_exists(r)]:
-            self._bots.pop(room_id, None)
+            await self._remove_bot(room_id)
+
+    async def _remove_bot(self, room_id: str) -> None:
+        agent = self._agents.pop(room_id, None)
+        if agent is not None:
+            await agent.close()
+        bot = self._bots.pop(room_id, None)
+        if bot is not None:
+            await bot.leave()
+        log.info("room_bot_left", room=room_id)
 
     async def close(self) -> None:
-        for bot in self._bots.values():
-            await bot.leave()
-        self._bots.clear()
+        for room_id in list(self._bots):
+            await self._remove_bot(room_id)
         await self.sfu.close()
+
+
+def _fields(event: object) -> dict[str, Any]:
+    """A JSON-friendly copy of an event dataclass for the room's data channel."""
+    out = {}
+    for f in dataclasses.fields(event):  # type: ignore[arg-type]
+        value = getattr(event, f.name)
+        if isinstance(value, str | int | float | bool) or value is None:
+            out[f.name] = value
+    return out

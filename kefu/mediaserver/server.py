@@ -12,11 +12,16 @@ import contextlib
 import secrets
 import signal
 import time
+from dataclasses import replace
 from typing import Any
 
 import structlog
 from aiohttp import web
+from aiortc.mediastreams import MediaStreamTrack
 
+from kefu.ai_bridge.agent import CallAgent, HandoffRequested
+from kefu.ai_bridge.services import AiServices
+from kefu.ai_bridge.settings import AiSettings
 from kefu.codecs.info import codec_info
 from kefu.errors import ResourceExhausted, SdpError
 from kefu.mediaserver.bus import EventBus
@@ -59,6 +64,7 @@ class KefuServer:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._idle = asyncio.Event()
         self._idle.set()
+        self.ai: AiServices | None = None
         self.sip_address: tuple[str, int] | None = None
         self.http_address: tuple[str, int] | None = None
         peer = PeerSettings(
@@ -93,6 +99,9 @@ class KefuServer:
     # --- life cycle --------------------------------------------------------------------------
 
     async def start(self) -> None:
+        if self.config.calls.media_mode == "ai":
+            self.ai = await AiServices.start(self._ai_settings(), registry=self.metrics.registry)
+            self.rooms.make_bot = self._room_agent
         listen = self.config.sip.listen
         self.sip_address = await self.sip.start(listen.host, listen.port)
         self.ua.set_local_address(*self.sip_address)
@@ -106,8 +115,6 @@ class KefuServer:
         self.http_address = (host, port)
         self._spawn(self.metrics.watch_loop_lag(), "loop-lag")
         self._spawn(self._sweep_rooms(), "room-sweep")
-        if self.config.calls.media_mode == "ai":
-            log.warning("media_mode_ai_unavailable", fallback="echo")
         log.info(
             "kefu_started",
             sip=f"{self.sip_address[0]}:{self.sip_address[1]}",
@@ -136,6 +143,8 @@ class KefuServer:
         if self._http:
             await self._http.cleanup()
         await self.rooms.close()
+        if self.ai is not None:
+            await self.ai.close()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -146,6 +155,28 @@ class KefuServer:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
+
+    def _ai_settings(self) -> AiSettings:
+        ai = self.config.ai
+        state = self.config.state_path
+        kb_dir = ai.kb_dir
+        if kb_dir is None and (state / "kb" / "meta.json").exists():
+            kb_dir = str(state / "kb")
+        return replace(ai, cache_dir=ai.cache_dir or str(state / "cache"), kb_dir=kb_dir)
+
+    def _room_agent(self, room_id: str, hears: MediaStreamTrack, publish: Any) -> CallAgent:
+        assert self.ai is not None
+        return CallAgent(self.ai, f"room:{room_id}", hears, publish=publish)
+
+    def _on_agent_event(self, call: Call, event: object) -> None:
+        self.bus.publish(event)
+        if isinstance(event, HandoffRequested):
+            call.log.info("handoff_requested", reason=event.reason, detail=event.detail)
+            if self.config.sip.transfer_target and call.state is CallState.AI_ACTIVE:
+                try:
+                    self._transfer(call, None)
+                except ValueError as exc:
+                    call.log.warning("handoff_failed", error=str(exc))
 
     async def _sweep_rooms(self) -> None:
         while True:
@@ -165,9 +196,11 @@ class KefuServer:
             "rtp_ports_free": self.ports.capacity - self.ports.in_use,
             "media_mode": self.config.calls.media_mode,
         }
-        if self.config.calls.media_mode == "ai":
-            detail["ai"] = "unavailable: the AI bridge is not built yet; calls get echo"
         ok = not self.draining and self.sip_address is not None
+        if self.ai is not None:
+            detail["ai"] = self.ai.readiness()
+            # A broken model does not stop kefu: calls get an apology and a transfer.
+            detail["ai_ready"] = self.ai.ready
         return ok, detail
 
     def metrics_text(self) -> bytes:
@@ -340,6 +373,13 @@ class KefuServer:
         if mode == "prompt":
             pcm = self._prompt if self._prompt is not None else chime()
             ep.play(PromptThenEcho(PcmTrack(pcm), ep.inbound))
+        elif mode == "ai" and self.ai is not None:
+            agent = CallAgent(
+                self.ai, call.id, ep.inbound, publish=lambda e: self._on_agent_event(call, e)
+            )
+            call.agent = agent
+            ep.play(agent.outbound)
+            call.spawn(agent.start(), "agent-start")
         else:
             ep.play(ep.inbound)
 
@@ -444,6 +484,9 @@ class KefuServer:
         for task in list(call.tasks):
             if task is not current:
                 task.cancel()
+        if call.agent is not None:
+            with contextlib.suppress(Exception):
+                await call.agent.close()
         if call.room is not None:
             with contextlib.suppress(Exception):
                 await call.room.leave()

@@ -6,7 +6,7 @@ from kefu.mediaserver.config import load_config
 
 def test_defaults_are_valid():
     config = load_config(environ={})
-    assert config.calls.media_mode == "echo"
+    assert config.calls.media_mode == "ai"
     assert config.sip.listen.port == 5060
 
 

@@ -87,7 +87,7 @@ async def server():
             "sip": {"listen": "127.0.0.1:0"},
             "http": {"listen": "127.0.0.1:0"},
             "rtp": {"ports": "32000-32099"},
-            "calls": {"max_concurrent": 2},
+            "calls": {"max_concurrent": 2, "media_mode": "echo"},
         },
     )
     srv = KefuServer(config)

