@@ -116,10 +116,28 @@ def start_kefu(tmp_path: Path, *args: str, env: dict[str, str] | None = None) ->
                 started = json.loads(line)
                 host, _, sip_port = str(started["sip"]).rpartition(":")
                 http_port = str(started["http"]).rpartition(":")[2]
-                return KefuProcess(proc, log_path, host, int(sip_port), int(http_port))
+                server = KefuProcess(proc, log_path, host, int(sip_port), int(http_port))
+                _wait_ready(server, deadline + 100)
+                return server
         time.sleep(0.05)
     proc.kill()
     raise RuntimeError(f"kefu did not start: {log_path.read_text()[-3000:]}")
+
+
+def _wait_ready(server: KefuProcess, deadline: float) -> None:
+    """Until /readyz says ready (AI models load after the ports open)."""
+    import urllib.error
+    import urllib.request
+
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"{server.http}/readyz", timeout=2):
+                return
+        except (urllib.error.URLError, OSError):
+            if server.proc.poll() is not None:
+                raise RuntimeError(f"kefu exited: {server.log_path.read_text()[-3000:]}") from None
+            time.sleep(0.2)
+    raise RuntimeError(f"kefu never became ready: {server.log_path.read_text()[-3000:]}")
 
 
 @pytest.fixture

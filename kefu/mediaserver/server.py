@@ -100,8 +100,9 @@ class KefuServer:
 
     async def start(self) -> None:
         if self.config.calls.media_mode == "ai":
-            self.ai = await AiServices.start(self._ai_settings(), registry=self.metrics.registry)
-            self.rooms.make_bot = self._room_agent
+            # Models take seconds to load: serve SIP and HTTP meanwhile, answering INVITEs
+            # with 503 + Retry-After and /readyz with 503 until they are in.
+            self._spawn(self._load_ai(), "ai-load")
         listen = self.config.sip.listen
         self.sip_address = await self.sip.start(listen.host, listen.port)
         self.ua.set_local_address(*self.sip_address)
@@ -156,6 +157,17 @@ class KefuServer:
         task.add_done_callback(self._tasks.discard)
         return task
 
+    async def _load_ai(self) -> None:
+        t0 = time.monotonic()
+        ai = await AiServices.start(self._ai_settings(), registry=self.metrics.registry)
+        self.ai = ai
+        self.rooms.make_bot = self._room_agent
+        log.info("ai_loaded", seconds=round(time.monotonic() - t0, 1), ready=ai.ready)
+
+    @property
+    def ai_loading(self) -> bool:
+        return self.config.calls.media_mode == "ai" and self.ai is None
+
     def _ai_settings(self) -> AiSettings:
         ai = self.config.ai
         state = self.config.state_path
@@ -196,7 +208,9 @@ class KefuServer:
             "rtp_ports_free": self.ports.capacity - self.ports.in_use,
             "media_mode": self.config.calls.media_mode,
         }
-        ok = not self.draining and self.sip_address is not None
+        ok = not self.draining and self.sip_address is not None and not self.ai_loading
+        if self.ai_loading:
+            detail["ai"] = "loading"
         if self.ai is not None:
             detail["ai"] = self.ai.readiness()
             # A broken model does not stop kefu: calls get an apology and a transfer.
@@ -269,8 +283,8 @@ class KefuServer:
 
     def _incoming(self, event: sipev.IncomingCall) -> None:
         limits = self.config.calls
-        if self.draining or len(self.calls) >= limits.max_concurrent:
-            reason = "draining" if self.draining else "full"
+        if self.draining or self.ai_loading or len(self.calls) >= limits.max_concurrent:
+            reason = "draining" if self.draining else "loading" if self.ai_loading else "full"
             self.ua.reject(event.leg, 503, headers=(("Retry-After", str(limits.retry_after)),))
             self.metrics.calls_total.labels(f"rejected_{reason}").inc()
             log.info("call_rejected", reason=reason, source=event.source)
