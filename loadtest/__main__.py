@@ -68,9 +68,17 @@ def main(argv: list[str] | None = None) -> int:
 
     webrtc.add_arguments(sub.add_parser("webrtc", help="one aiortc caller: WAV in, WAV out"))
 
+    from loadtest import voice
+
+    voice.add_arguments(
+        sub.add_parser("voice", help="callers ask kefu's AI questions; latency on the wire")
+    )
+
     args = parser.parse_args(argv)
     if args.command == "webrtc":
         return webrtc.main(args)
+    if args.command == "voice":
+        return voice.main(args)
     if args.command == "sip-echo":
         from loadtest import sip_load
 

@@ -167,6 +167,8 @@ def start_kefu(
         f"{KEFU_RTP_LO}-{KEFU_RTP_HI}",
         "--max-calls",
         str(max_calls),
+        "--media-mode",  # explicit: the default became "ai" (models load, calls get 503)
+        "echo",
         *([] if uvloop else ["--no-uvloop"]),
         *extra,
     ]

@@ -18,14 +18,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from aiortc import MediaStreamTrack
 
 from kefu.sfu import ice
 from kefu.sfu.errors import DuplicateParticipant, RoomFull, SfuLimit
-from kefu.sfu.forward import PacketSource
+from kefu.sfu.forward import PacketSource, SfuCounters
 from kefu.sfu.participant import LocalParticipant, Participant, _Member
 
 __all__ = ["LocalParticipant", "Participant", "PeerSettings", "Room", "RoomInfo", "Sfu"]
@@ -83,6 +83,7 @@ class Room:
     members: dict[str, _Member] = field(default_factory=dict)
     sources: dict[str, PacketSource] = field(default_factory=dict)
     closed: bool = False
+    counters: SfuCounters = field(default_factory=SfuCounters)
 
     def sources_for(self, member_id: str) -> list[tuple[str, PacketSource]]:
         return [(owner, src) for owner, src in self.sources.items() if owner != member_id]
@@ -101,6 +102,7 @@ class Room:
         if self.members.get(member.id) is not member:
             return
         del self.members[member.id]
+        self.counters.participants_left += 1
         source = self.sources.pop(member.id, None)
         if source is not None:
             source.close()
@@ -129,6 +131,7 @@ class Sfu:
         self._rooms: dict[str, Room] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
+        self.counters = SfuCounters()
 
     # --- the contract -------------------------------------------------------------------
 
@@ -172,6 +175,14 @@ class Sfu:
     def rooms(self) -> list[RoomInfo]:
         return [room.info() for room in self._rooms.values()]
 
+    def stats(self) -> dict[str, int]:
+        """Metrics of this SFU: the :class:`~kefu.sfu.forward.SfuCounters` totals (counters:
+        they only grow) plus ``rooms`` and ``participants`` (gauges: what is open now)."""
+        out: dict[str, int] = asdict(self.counters)
+        out["rooms"] = len(self._rooms)
+        out["participants"] = sum(len(room.members) for room in self._rooms.values())
+        return out
+
     def participant(self, room_id: str, participant_id: str) -> _Member | None:
         room = self._rooms.get(room_id)
         return room.members.get(participant_id) if room else None
@@ -214,7 +225,14 @@ class Sfu:
         if room is None:
             if len(self._rooms) >= self.settings.max_rooms:
                 raise SfuLimit(f"node already hosts {self.settings.max_rooms} rooms")
-            room = Room(room_id, self._clock, self._spawn, self._drop_room, self._clock())
+            room = Room(
+                room_id,
+                self._clock,
+                self._spawn,
+                self._drop_room,
+                self._clock(),
+                counters=self.counters,
+            )
             self._rooms[room_id] = room
         elif participant_id in room.members:
             raise DuplicateParticipant(f"{participant_id} is already in room {room_id}")
@@ -230,6 +248,7 @@ class Sfu:
             sender=None,
         )
         room.members[member.id] = member
+        self.counters.participants_joined += 1
 
     def _drop_room(self, room: Room) -> None:
         if self._rooms.get(room.id) is room:

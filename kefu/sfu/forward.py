@@ -66,14 +66,17 @@ class DropOldest(Generic[T]):
     def __len__(self) -> int:
         return len(self._items)
 
-    def put(self, item: T) -> None:
+    def put(self, item: T) -> bool:
+        """Queue ``item``; True when that pushed the oldest item out."""
         if self._closed:
-            return
-        if len(self._items) >= self._maxlen:
+            return False
+        dropped = len(self._items) >= self._maxlen
+        if dropped:
             self._items.popleft()
             self.dropped += 1
         self._items.append(item)
         self._wake()
+        return dropped
 
     def get_nowait(self) -> T | None:
         if self._items:
@@ -113,20 +116,47 @@ class OpusPacket:
 
 
 @dataclass(slots=True)
+class SfuCounters:
+    """Totals of one :class:`~kefu.sfu.api.Sfu` since it started; they only grow (metrics)."""
+
+    packets_forwarded: int = 0
+    """Opus packets handed to a subscriber's sender untouched."""
+    packets_transcoded: int = 0
+    """Packets decoded for a subscriber that negotiated another codec."""
+    packets_dropped: int = 0
+    """Packets pushed out of a full subscriber queue (a slow subscriber or mixer)."""
+    participants_joined: int = 0
+    """Joins (peer-connection and local participants)."""
+    participants_left: int = 0
+    """Leaves, however they happened (leave(), failed connection, sweep, shutdown)."""
+    transcoded_streams: int = 0
+    """Subscriptions that switched to decoding because the subscriber has no Opus."""
+
+
+@dataclass(slots=True)
 class SourceStats:
     """Counters of one published audio source (for tests and metrics)."""
 
     received: int = 0
     rejected: int = 0
     fanned_out: int = 0
+    dropped: int = 0
 
 
 class PacketSource:
     """Fan-out hub of one published Opus stream: each subscriber gets its own bounded queue."""
 
-    def __init__(self, owner_id: str, *, queue_len: int = 50, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        owner_id: str,
+        *,
+        queue_len: int = 50,
+        clock: Callable[[], float],
+        counters: SfuCounters | None = None,
+    ) -> None:
         self.owner_id = owner_id
         self.stats = SourceStats()
+        self._counters = counters
         self.last_packet_at: float | None = None
         self._queue_len = queue_len
         self._clock = clock
@@ -169,9 +199,14 @@ class PacketSource:
             ts = self._last_ts + delta
         self._last_ts = ts
         packet = OpusPacket(payload, ts)
+        dropped = 0
         for queue in self._subscribers:
-            queue.put(packet)
+            dropped += queue.put(packet)
         self.stats.fanned_out += len(self._subscribers)
+        if dropped:
+            self.stats.dropped += dropped
+            if self._counters is not None:
+                self._counters.packets_dropped += dropped
 
     def close(self) -> None:
         self._closed = True
@@ -235,9 +270,11 @@ class EncodedTrack(MediaStreamTrack):
         queue: DropOldest[OpusPacket],
         negotiated: Callable[[], str | None],
         on_stop: Callable[[], None] | None = None,
+        counters: SfuCounters | None = None,
     ) -> None:
         super().__init__()
         self._queue = queue
+        self._counters = counters if counters is not None else SfuCounters()
         self._negotiated = negotiated
         self._on_stop = on_stop
         self._origin: int | None = None
@@ -259,12 +296,14 @@ class EncodedTrack(MediaStreamTrack):
                 self.stats.mode = "forward" if mime == "audio/opus" else "transcode"
                 if self.stats.mode == "transcode":
                     self._decoder = OpusDecoder()
+                    self._counters.transcoded_streams += 1
             pts = packet.timestamp - self._origin
             if self._decoder is None:
                 out = av.Packet(packet.payload)
                 out.pts = pts
                 out.time_base = OPUS_TIME_BASE
                 self.stats.forwarded += 1
+                self._counters.packets_forwarded += 1
                 return out
             try:
                 pcm = self._decoder.decode(packet.payload)
@@ -280,6 +319,7 @@ class EncodedTrack(MediaStreamTrack):
             frame.pts = pts
             frame.time_base = OPUS_TIME_BASE
             self.stats.transcoded += 1
+            self._counters.packets_transcoded += 1
             return frame
 
     def stop(self) -> None:

@@ -31,7 +31,7 @@ from aiortc import (
 )
 from aiortc.sdp import candidate_from_sdp
 
-from kefu.sfu import ice
+from kefu.sfu import ice, stable_ids
 from kefu.sfu.errors import BadCandidate, BadSdp, BadSignalingState, ParticipantGone
 from kefu.sfu.forward import DropOldest, EncodedTrack, PacketSource, tap_receiver
 from kefu.sfu.mixer import AudioMixer, LocalPublisher
@@ -113,6 +113,7 @@ class Participant(_Member):
         self._state_since = now
         self._closed = False
         self._renegotiate_pending = False
+        self._renegotiation_scheduled = False
         self._channel: RTCDataChannel | None = None
         self._outbox: DropOldest[str] = DropOldest(settings.event_queue)
         servers = [RTCIceServer(**server) for server in settings.ice_servers]
@@ -136,14 +137,23 @@ class Participant(_Member):
         except Exception as exc:  # aiortc's InvalidAccessError etc. are not ValueErrors
             raise BadSdp(f"offer rejected: {type(exc).__name__}: {exc}") from exc
         self._check_open()
-        for owner_id, source in self._room.sources_for(self.id):
-            self._subscribe(owner_id, source)
+        # An answer may only hold the offer's own m-sections: a transceiver that addTrack
+        # creates now has no mid and makes aiortc's setLocalDescription fail ("None is not in
+        # list"). So sources go onto the offer's idle audio m-sections first (heard at once,
+        # no renegotiation); the rest are subscribed after the answer and sent in a server
+        # offer (on_renegotiation_needed).
+        later = self._room.sources_for(self.id)
+        while later and self._idle_offered_audio():
+            self._subscribe(*later.pop(0))
         if self._channel is None:
             self._adopt_channel(self.pc.createDataChannel(EVENTS_LABEL))
         answer = await self.pc.createAnswer()
         with ice.host_addresses(self._settings.ice_host_addresses):
             await self.pc.setLocalDescription(answer)
         self._check_open()
+        for owner_id, source in later:
+            if self._room.sources.get(owner_id) is source:  # it may have left meanwhile
+                self._subscribe(owner_id, source)
         # transceivers or a channel the offer did not have need a server-side offer
         if any(t.mid is None for t in self.pc.getTransceivers()) or self._channel_unnegotiated():
             self._renegotiate_pending = True
@@ -156,7 +166,7 @@ class Participant(_Member):
         if self.pc.signalingState != "stable":
             raise BadSignalingState(f"cannot offer in state {self.pc.signalingState}")
         self._renegotiate_pending = False
-        offer = await self.pc.createOffer()
+        offer = await stable_ids.create_offer(self.pc)
         with ice.host_addresses(self._settings.ice_host_addresses):
             await self.pc.setLocalDescription(offer)
         self._candidates_done()
@@ -223,7 +233,12 @@ class Participant(_Member):
                     return str(codecs[0].mimeType) if codecs else None
             return None
 
-        track = EncodedTrack(queue, negotiated, on_stop=lambda: source.unsubscribe(queue))
+        track = EncodedTrack(
+            queue,
+            negotiated,
+            on_stop=lambda: source.unsubscribe(queue),
+            counters=self._room.counters,
+        )
         sender = self.pc.addTrack(track)
         holder.append(sender)
         self.subscriptions[owner_id] = (sender, track)
@@ -263,7 +278,10 @@ class Participant(_Member):
             if transceiver.receiver.track is track:
                 if track.kind == "audio" and self.source is None:
                     self.source = PacketSource(
-                        self.id, queue_len=self._settings.forward_queue, clock=self._room.clock
+                        self.id,
+                        queue_len=self._settings.forward_queue,
+                        clock=self._room.clock,
+                        counters=self._room.counters,
                     )
                     tap_receiver(transceiver.receiver, transceiver, self.source)
                     self._room.add_source(self.id, self.source)
@@ -326,14 +344,28 @@ class Participant(_Member):
             self._after_stable()
 
     def _after_stable(self) -> None:
-        if self._renegotiate_pending and self.on_renegotiation_needed is not None:
-            self._renegotiate_pending = False
-            # let the caller send its answer before the callback sends the next offer
+        if self._renegotiate_pending and not self._renegotiation_scheduled:
+            # once per loop turn however many tracks changed, and after the caller has sent
+            # the answer it is busy returning
+            self._renegotiation_scheduled = True
             asyncio.get_running_loop().call_soon(self._fire_renegotiation)
 
     def _fire_renegotiation(self) -> None:
-        if not self._closed and self.on_renegotiation_needed is not None:
-            self.on_renegotiation_needed()
+        self._renegotiation_scheduled = False
+        if self._closed or not self._renegotiate_pending or self.on_renegotiation_needed is None:
+            return
+        if self.pc.signalingState != "stable":
+            return  # pending stays set: handle_answer / create_offer take it from here
+        self._renegotiate_pending = False
+        self.on_renegotiation_needed()
+
+    def _idle_offered_audio(self) -> bool:
+        """Would addTrack reuse a transceiver of the remote offer (not create one)?"""
+        for transceiver in self.pc.getTransceivers():
+            if transceiver.kind == "audio" and transceiver.sender.track is None:
+                # addTrack takes the first such transceiver, whatever its mid
+                return transceiver.mid is not None and not transceiver.stopped
+        return False
 
     def _candidates_done(self) -> None:
         # aiortc gathers before setLocalDescription returns: all candidates are in the SDP
@@ -362,7 +394,7 @@ class LocalParticipant(_Member):
         self._closed = False
 
     def _start(self, track: Any) -> None:
-        self.source = PacketSource(self.id, clock=self._room.clock)
+        self.source = PacketSource(self.id, clock=self._room.clock, counters=self._room.counters)
         self._publisher = LocalPublisher(track, self.source)
         self._room.add_source(self.id, self.source)
 

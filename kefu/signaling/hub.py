@@ -13,6 +13,11 @@ Invariants:
   ``_sessions`` and its room, then calls ``participant.leave()`` exactly once;
 * everything a session sends while detached is kept (up to ``max_pending``, oldest dropped
   and counted) and delivered in order after ``resume``;
+* a server ``candidate`` never goes out before the ``answer``/``offer`` it belongs to: the SFU
+  reports candidates while it is still making the description (aiortc gathers inside
+  setLocalDescription), and browsers refuse a candidate that has no remote description, so
+  candidates are held while a description is being made and sent right after it (or
+  dropped with it when making it failed);
 * timers (heartbeat, resume grace) only fire from :meth:`SignalingHub.handle_timer`, with the
   time passed in, so tests drive them without sleeping.
 
@@ -26,7 +31,8 @@ import asyncio
 import secrets
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -176,6 +182,8 @@ class Session:
         self.negotiating = False
         self.renegotiate_again = False
         self.tasks: set[asyncio.Task[None]] = set()
+        self._describing = 0
+        self._held: list[p.Candidate] = []
 
     def send(self, message: p.ServerMessage) -> None:
         if self.ended:
@@ -187,6 +195,31 @@ class Session:
             self.pending.popleft()
             self.dropped += 1
         self.pending.append(p.serialize(message))
+
+    def send_candidate(self, message: p.Candidate) -> None:
+        if self._describing:
+            self._held.append(message)
+        else:
+            self.send(message)
+
+    @contextmanager
+    def describing(self) -> Iterator[None]:
+        """Around making and sending an answer/offer: candidates wait until it is sent."""
+        self._describing += 1
+        sent = False
+        try:
+            yield
+            sent = True
+        finally:
+            self._describing -= 1
+            if not self._describing:
+                held, self._held = self._held, []
+                if sent:
+                    for message in held:
+                        self.send(message)
+                elif held:
+                    # they belong to a description the client never got
+                    log.info("signaling_candidates_dropped", session=self.id, count=len(held))
 
     def spawn(self, work: Callable[[], Any]) -> None:
         task = asyncio.get_running_loop().create_task(work())
@@ -327,8 +360,9 @@ class SignalingHub:
             raise StateError(f"{message.TYPE} before join", code="bad_state")
         match message:
             case p.Offer(sdp):
-                answer = await session.participant.handle_offer(sdp)
-                session.send(p.Answer(answer))
+                with session.describing():
+                    answer = await session.participant.handle_offer(sdp)
+                    session.send(p.Answer(answer))
             case p.Answer(sdp):
                 await session.participant.handle_answer(sdp)
                 session.negotiating = False
@@ -440,7 +474,7 @@ class SignalingHub:
             except ProtocolError:
                 log.warning("signaling_bad_server_candidate", session=session.id)
                 return
-            session.send(p.Candidate(ice))
+            session.send_candidate(p.Candidate(ice))
 
         def on_state(state: str) -> None:
             if state in ("failed", "closed") and not session.ended:
@@ -461,12 +495,12 @@ class SignalingHub:
 
         async def offer() -> None:
             try:
-                sdp = await session.participant.create_offer()
+                with session.describing():
+                    sdp = await session.participant.create_offer()
+                    session.send(p.Offer(sdp))
             except Exception:
                 log.exception("signaling_create_offer_failed", session=session.id)
                 session.negotiating = False
-                return
-            session.send(p.Offer(sdp))
 
         session.spawn(offer)
 

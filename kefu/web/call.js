@@ -46,29 +46,6 @@ export function microphoneError(err) {
   }
 }
 
-// aiortc numbers RTP header extensions afresh in every offer it makes, while Chromium refuses
-// to renumber an extension on a running m-section ("RTP extension ID reassignment not
-// supported"). Before applying a server offer, give each extension URI the id this browser
-// already uses for it (ids are session-wide under BUNDLE) and move clashing ones to free ids.
-export function alignExtmapIds(offer, localSdp) {
-  const current = new Map();
-  for (const m of localSdp.matchAll(/^a=extmap:(\d+)(?:\/\w+)? (\S+)/gm)) current.set(m[2], Number(m[1]));
-  if (current.size === 0) return offer;
-  const used = new Set(current.values());
-  const assigned = new Map(current);
-  const idFor = (uri) => {
-    if (!assigned.has(uri)) {
-      let id = 1;
-      while (used.has(id)) id += 1;
-      used.add(id);
-      assigned.set(uri, id);
-    }
-    return assigned.get(uri);
-  };
-  return offer.replace(/^a=extmap:(\d+)((?:\/\w+)?) (\S+)(.*)$/gm,
-    (_, _id, dir, uri, rest) => `a=extmap:${idFor(uri)}${dir} ${uri}${rest}`);
-}
-
 export class KefuCall extends EventTarget {
   constructor({ token, room, display = "", relayOnly = false, location = window.location,
                 resumeGraceMs = 20000, connectTimeoutMs = 8000 }) {
@@ -294,15 +271,16 @@ export class KefuCall extends EventTarget {
   }
 
   async _onOffer(sdp) {
-    const local = this.pc.localDescription ? this.pc.localDescription.sdp : "";
-    await this.pc.setRemoteDescription({ type: "offer", sdp: alignExtmapIds(sdp, local) });
+    // kefu keeps the payload types and extmap ids already negotiated (kefu/sfu/stable_ids.py).
+    await this.pc.setRemoteDescription({ type: "offer", sdp });
     await this.pc.setLocalDescription(await this.pc.createAnswer());
     this._send({ type: "answer", sdp: this.pc.localDescription.sdp });
     await this._flushCandidates();
   }
 
   async _onCandidate(candidate) {
-    // Candidates can arrive before the answer; the browser refuses them until then.
+    // kefu sends a candidate only after its answer/offer, but messages are handled
+    // concurrently here: one may overtake setRemoteDescription, which would refuse it.
     if (!this.pc || !this.pc.remoteDescription) {
       this._earlyCandidates.push(candidate);
       return;

@@ -107,12 +107,6 @@ async def test_call_connects_kefu_hears_it_and_the_browser_hears_the_echo(
     assert max(scores, default=0.0) > 0.5, scores
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="kefu bug: the SFU answers a second Chromium's offer with "
-    "'bad_sdp None is not in list' (Participant.handle_offer subscribes existing sources "
-    "before createAnswer; aiortc fails on the extra transceiver)",
-)
 async def test_second_browser_hears_the_first_through_the_sfu(
     server, tmp_path: Path, speech_wav: Path, silent_wav: Path
 ) -> None:

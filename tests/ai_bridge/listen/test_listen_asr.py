@@ -87,7 +87,8 @@ def test_pocketsphinx_partials(speech) -> None:
     assert isinstance(rec, PartialRecognizer)
     seen = [t for i in range(0, len(speech), 320) if (t := rec.feed(speech[i : i + 320]))]
     assert seen, "no partial hypothesis at all"
-    assert len(set(seen)) == len(seen)  # only changes are reported
+    # Only changes are reported (a hypothesis may come back after a different one).
+    assert all(a != b for a, b in zip(seen, seen[1:], strict=False))
     assert wer(REF, seen[-1]) < 0.7  # rough, but it heard words
     rec.reset()
     assert rec.feed(np.zeros(320, np.int16)) is None

@@ -1,0 +1,554 @@
+"""``python -m loadtest voice``: callers that ask kefu's AI questions, timed on the wire.
+
+Each caller plays a script: a silent lead (the greeting plays meanwhile), then questions
+spaced so each answer can finish. What kefu says back is recorded, cut per question, written
+as WAV and transcribed with Whisper. The response latency of a turn is measured where a
+caller would see it:
+
+* SIP: SIPp replays the script as a G.711 pcap; tshark captures loopback. Speech end is the
+  arrival of the caller packet carrying the question's last voiced 20 ms (the question's
+  energy-VAD end on the pcap timeline); the answer starts at the first kefu->caller packet
+  with energy after it.
+* WebRTC: an aiortc client (loadtest.webrtc_client) plays the script in real time; speech end
+  is the mic's start plus the VAD end, the answer the first received frame with energy after
+  it (after aiortc's decoder and jitter buffer, so a few ms late compared with SIP).
+
+The per-stage breakdown (endpoint, asr, dialog, tts, playout) comes from kefu's interaction
+log (``KEFU_AI_INTERACTION_LOG``) when ``--interaction-log`` points at it. Everything binds
+127.0.0.1: run inside a private network namespace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import secrets
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from loadtest.pcap import g711_decode, make_rtp_pcap, write_wav
+from loadtest.pcap import read_wav as read_any_wav
+
+SIP_RATE = 8000
+ASR_RATE = 16000
+FRAME_S = 0.02
+LEAD_S = 5.0
+"""Silence before the first question: kefu's greeting (~3 s) must have finished."""
+GAP_S = 7.5
+"""Silence after each question: room for the longest KB answers (~7 s) to play out."""
+VOICED_RMS = 300.0
+"""A 20 ms frame louder than this (int16 RMS, about -41 dBFS) carries voice."""
+
+
+@dataclass(frozen=True, slots=True)
+class Question:
+    """One question WAV and what it says."""
+
+    name: str
+    """File stem, e.g. ``07``."""
+    pcm: np.ndarray
+    """16 kHz mono int16."""
+    text: str = ""
+    """Reference transcript (refs.tsv), "" if unknown."""
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """A question placed on a caller's timeline (seconds from the start of the script)."""
+
+    question: Question
+    start_s: float
+    speech_start_s: float
+    speech_end_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    """What one caller plays."""
+
+    placed: tuple[Placed, ...]
+    pcm: np.ndarray
+    """The whole script at 16 kHz."""
+
+    @property
+    def seconds(self) -> float:
+        return len(self.pcm) / ASR_RATE
+
+
+@dataclass
+class Heard:
+    """What one call sent and heard, on one clock (seconds)."""
+
+    script: Script
+    speech_ends: list[float | None]
+    """Wire time each placed question's speech ended (None: not seen on the wire)."""
+    speech_starts: list[float | None]
+    frames: list[tuple[float, float]] = field(default_factory=list)
+    """(arrival, RMS) of each received bot frame, in arrival order."""
+    reply: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int16))
+    """Bot audio at 16 kHz, sample 0 at ``reply_t0``."""
+    reply_t0: float = 0.0
+    ok: bool = True
+    error: str = ""
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    def first_voiced_after(self, t: float) -> float | None:
+        for at, rms in self.frames:
+            if at > t and rms >= VOICED_RMS:
+                return at
+        return None
+
+    def voiced_within(self, a: float, b: float) -> bool:
+        return any(a <= at < b and rms >= VOICED_RMS for at, rms in self.frames)
+
+    def silence_from(self, t: float, hold_s: float = 0.5) -> float | None:
+        """Start of the first stretch of ``hold_s`` without a voiced frame, at or after ``t``."""
+        last_voiced = t
+        for at, rms in self.frames:
+            if at < t:
+                continue
+            if rms >= VOICED_RMS:
+                if at - last_voiced >= hold_s:
+                    return last_voiced
+                last_voiced = at
+        end = self.frames[-1][0] if self.frames else t
+        return last_voiced if end - last_voiced >= hold_s else None
+
+    def reply_between(self, a: float, b: float) -> np.ndarray:
+        i = max(0, int((a - self.reply_t0) * ASR_RATE))
+        j = max(i, int((b - self.reply_t0) * ASR_RATE))
+        return self.reply[i:j]
+
+
+# --- questions and scripts -----------------------------------------------------------------
+
+
+def speech_bounds(pcm: np.ndarray, rate: int) -> tuple[float, float]:
+    """(first, last) voiced instant of ``pcm`` by 20 ms frame energy; piper's silences are
+    digital zeros, so an energy gate is the exact VAD for synthesized questions."""
+    n = int(rate * FRAME_S)
+    frames = pcm[: len(pcm) // n * n].astype(np.float64).reshape(-1, n)
+    voiced = np.flatnonzero(np.sqrt((frames**2).mean(axis=1)) >= VOICED_RMS)
+    if voiced.size == 0:
+        return 0.0, 0.0
+    return float(voiced[0]) * FRAME_S, float(voiced[-1] + 1) * FRAME_S
+
+
+def make_questions(directory: str | Path, limit: int | None = None) -> list[Question]:
+    """Write the held-out questions (kefu.ai_bridge.listen.heldout) as NN.wav + refs.tsv."""
+    from kefu.ai_bridge.listen.heldout import synthesize_heldout
+
+    synthesize_heldout(directory, limit=limit)
+    return load_questions(directory)
+
+
+def load_questions(directory: str | Path) -> list[Question]:
+    """Every ``*.wav`` in ``directory`` (resampled to 16 kHz), with refs.tsv texts if any."""
+    import soxr
+
+    root = Path(directory)
+    refs: dict[str, str] = {}
+    tsv = root / "refs.tsv"
+    if tsv.exists():
+        for line in tsv.read_text(encoding="utf-8").splitlines():
+            name, _, text = line.partition("\t")
+            refs[Path(name).stem] = text
+    out = []
+    for path in sorted(root.glob("*.wav")):
+        pcm, rate = read_any_wav(path)
+        if rate != ASR_RATE:
+            pcm = soxr.resample(pcm, rate, ASR_RATE).astype(np.int16)
+        out.append(Question(path.stem, pcm, refs.get(path.stem, "")))
+    if not out:
+        raise FileNotFoundError(f"no *.wav questions in {root}")
+    return out
+
+
+def build_script(
+    questions: Sequence[Question],
+    *,
+    lead_s: float = LEAD_S,
+    gap_s: float = GAP_S,
+    at: Sequence[float] | None = None,
+    tail_s: float | None = None,
+) -> Script:
+    """Questions one after another (or at the ``at`` offsets, which may overlap answers)."""
+    placed: list[Placed] = []
+    pieces: list[tuple[int, np.ndarray]] = []
+    cursor = lead_s
+    for i, q in enumerate(questions):
+        start = at[i] if at is not None else cursor
+        s, e = speech_bounds(q.pcm, ASR_RATE)
+        placed.append(Placed(q, start, start + s, start + e))
+        pieces.append((int(start * ASR_RATE), q.pcm))
+        cursor = start + len(q.pcm) / ASR_RATE + gap_s
+    end = max(p + len(x) for p, x in pieces) / ASR_RATE
+    total = end + (gap_s if tail_s is None else tail_s)
+    pcm = np.zeros(int(total * ASR_RATE), np.int16)
+    for pos, x in pieces:
+        pcm[pos : pos + len(x)] = x
+    return Script(tuple(placed), pcm)
+
+
+def chunk_scripts(
+    questions: Sequence[Question], per_call: int, *, gap_s: float = GAP_S
+) -> list[Script]:
+    return [
+        build_script(questions[i : i + per_call], gap_s=gap_s)
+        for i in range(0, len(questions), per_call)
+    ]
+
+
+def _resample(pcm: np.ndarray, src: int, dst: int) -> np.ndarray:
+    import soxr
+
+    if src == dst or pcm.size == 0:
+        return pcm.astype(np.int16)
+    return np.asarray(soxr.resample(pcm, src, dst), dtype=np.int16)
+
+
+def _rms(pcm: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(pcm.astype(np.float64) ** 2))) if pcm.size else 0.0
+
+
+# --- SIP callers ---------------------------------------------------------------------------
+
+
+def run_sip(
+    target: str,
+    scripts: Sequence[Script],
+    workdir: Path,
+    *,
+    concurrency: int = 1,
+    scenario: str | Path = "uac_echo",
+    variables: dict[str, object] | None = None,
+) -> list[Heard]:
+    """One SIPp call per script against ``HOST:PORT``, ``concurrency`` at a time, all under
+    one tshark capture; returns what each call sent and heard on the wire."""
+    from loadtest.peers import TsharkCapture, free_port, run_sipp
+    from loadtest.rtpcap import find_stream, rtp_streams
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    ports: list[int] = []
+    while len(ports) < len(scripts):
+        # Even ports: SIPp also binds media port + 2 for its echo socket.
+        p = free_port()
+        if p % 2 == 0 and p not in ports and p + 2 not in ports and p - 2 not in ports:
+            ports.append(p)
+    pcaps = []
+    for i, script in enumerate(scripts):
+        pcaps.append(workdir / f"call{i:03d}.pcap")
+        make_rtp_pcap(pcaps[-1], _resample(script.pcm, ASR_RATE, SIP_RATE))
+
+    def one(i: int) -> Any:
+        ms = int(scripts[i].seconds * 1000)
+        return run_sipp(
+            scenario,
+            target,
+            media_port=ports[i],
+            local_port=free_port(),
+            keys={"pcap": pcaps[i]},
+            variables={"audio_ms": ms, **(variables or {})},
+            timeout=scripts[i].seconds + 25,
+        )
+
+    capture_path = workdir / "capture.pcap"
+    with TsharkCapture(path=capture_path, capture_filter="udp and not port 5060"):
+        with ThreadPoolExecutor(max(1, concurrency)) as pool:
+            results = list(pool.map(one, range(len(scripts))))
+    streams = rtp_streams(capture_path, ports=ports)
+    heard = []
+    for i, script in enumerate(scripts):
+        h = Heard(script, [None] * len(script.placed), [None] * len(script.placed))
+        h.ok, h.error = results[i].ok, results[i].errors[-800:] or results[i].stderr_tail[-800:]
+        heard.append(h)
+        try:
+            sent = find_stream(streams, src_port=ports[i])
+            back = find_stream(streams, dst_port=ports[i])
+        except LookupError as exc:
+            h.ok, h.error = False, str(exc)
+            continue
+        base = sent.packets[0].timestamp
+        offsets = [((p.timestamp - base) & 0xFFFFFFFF) / SIP_RATE for p in sent.packets]
+        for k, pl in enumerate(script.placed):
+            h.speech_ends[k] = _arrival_at(sent.packets, offsets, pl.speech_end_s - FRAME_S)
+            h.speech_starts[k] = _arrival_at(sent.packets, offsets, pl.speech_start_s)
+        h.frames = [
+            (p.arrival, _rms(g711_decode(p.payload, p.payload_type)))
+            for p in back.packets
+            if p.payload_type in (0, 8)
+        ]
+        h.reply_t0 = sent.packets[0].arrival
+        h.reply = _resample(back.pcm_by_arrival(h.reply_t0, SIP_RATE), SIP_RATE, ASR_RATE)
+    return heard
+
+
+def _arrival_at(packets: Sequence[Any], offsets: Sequence[float], at_s: float) -> float | None:
+    for p, off in zip(packets, offsets, strict=True):
+        if off >= at_s - 1e-6:
+            return float(p.arrival)
+    return None
+
+
+# --- WebRTC callers ------------------------------------------------------------------------
+
+
+async def run_webrtc(
+    target: str,
+    scripts: Sequence[Script],
+    *,
+    concurrency: int = 1,
+    config_path: str | None = None,
+    secret: str | None = None,
+) -> list[Heard]:
+    """One aiortc customer per script, each in a fresh room (so each gets its own AI bot)."""
+    sem = asyncio.Semaphore(max(1, concurrency))
+
+    async def guarded(script: Script) -> Heard:
+        async with sem:
+            return await _webrtc_call(target, script, config_path=config_path, secret=secret)
+
+    return list(await asyncio.gather(*(guarded(s) for s in scripts)))
+
+
+async def _webrtc_call(
+    target: str, script: Script, *, config_path: str | None, secret: str | None
+) -> Heard:
+    from aiortc.mediastreams import MediaStreamError
+
+    from loadtest.webrtc import mint_dev_token, ws_url
+    from loadtest.webrtc_client import RATE, PacedPcmTrack, WebRtcClient, frame_to_mono
+
+    class TimedClient(WebRtcClient):
+        """Keeps each received frame with its arrival time (the base class only appends)."""
+
+        timed: list[tuple[float, np.ndarray, int]]
+
+        async def _record(self, track: Any) -> None:
+            try:
+                while True:
+                    frame = await track.recv()
+                    self.timed.append((time.monotonic(), frame_to_mono(frame), frame.sample_rate))
+            except MediaStreamError:
+                pass
+
+    room = f"voice-{secrets.token_hex(4)}"
+    if secret is not None:
+        from kefu.signaling.tokens import mint_token
+
+        token = mint_token(secret, f"voice-{secrets.token_hex(3)}", "customer", 600.0, room)
+    else:
+        token = mint_dev_token(room, config_path=config_path)
+    mic = PacedPcmTrack(_resample(script.pcm, ASR_RATE, RATE))
+    client = TimedClient(mic=mic)
+    client.timed = []
+    heard = Heard(script, [None] * len(script.placed), [None] * len(script.placed))
+    try:
+        await client.connect_ws(ws_url(target), room, token=token, display="voice")
+        await asyncio.wait_for(client.connected.wait(), 10.0)
+        await asyncio.sleep(script.seconds + 1.0)
+        await client.leave()
+    except Exception as exc:  # a refused or failed call is a result, not a crash
+        heard.ok, heard.error = False, f"{type(exc).__name__}: {exc}"
+    finally:
+        await client.close()
+    heard.events = list(client.events)
+    start = mic._start  # noqa: SLF001 - the pacing origin is the mic's first frame
+    if start is None or not client.timed:
+        heard.ok = heard.ok and False
+        heard.error = heard.error or "no audio exchanged"
+        return heard
+    for k, pl in enumerate(script.placed):
+        heard.speech_ends[k] = start + pl.speech_end_s
+        heard.speech_starts[k] = start + pl.speech_start_s
+    heard.frames = [(at, _rms(pcm)) for at, pcm, _ in client.timed]
+    heard.reply_t0 = client.timed[0][0] - len(client.timed[0][1]) / client.timed[0][2]
+    parts = [_resample(pcm, rate, ASR_RATE) for _, pcm, rate in client.timed]
+    heard.reply = np.concatenate(parts) if parts else np.zeros(0, np.int16)
+    return heard
+
+
+# --- analysis ------------------------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    return round(float(np.percentile(values, q)), 1) if values else None
+
+
+def turns_of(heard: Sequence[Heard], out_dir: Path | None, asr: Any = None) -> list[dict[str, Any]]:
+    """One record per placed question: latency on the wire, the reply text and WAV."""
+    turns = []
+    for c, h in enumerate(heard):
+        placed = h.script.placed
+        for k, pl in enumerate(placed):
+            end = h.speech_ends[k]
+            nxt = h.speech_starts[k + 1] if k + 1 < len(placed) else None
+            first = h.first_voiced_after(end) if end is not None else None
+            if first is not None and nxt is not None and first >= nxt:
+                first = None
+            rec: dict[str, Any] = {
+                "call": c,
+                "question": pl.question.name,
+                "ref": pl.question.text,
+                "ok": h.ok,
+                "latency_ms": None
+                if first is None or end is None
+                else round((first - end) * 1000, 1),
+                # The bot still talking when the question began: a barge-in, not a clean turn.
+                "overlapped": bool(
+                    h.speech_starts[k] is not None
+                    and h.voiced_within(h.speech_starts[k] - 0.2, h.speech_starts[k])
+                ),
+            }
+            if end is not None:
+                stop = nxt if nxt is not None else end + 30.0
+                reply = h.reply_between(end, stop)
+                if out_dir is not None:
+                    path = out_dir / f"reply-c{c:03d}-{pl.question.name}.wav"
+                    write_wav(path, reply, ASR_RATE)
+                    rec["reply_wav"] = path.name
+                if asr is not None and reply.size:
+                    rec["reply_text"] = asr.transcribe_sync(reply).text
+            turns.append(rec)
+    return turns
+
+
+def stage_breakdown(log_path: str | Path, turns: list[dict[str, Any]]) -> dict[str, Any]:
+    """Percentiles of each TurnTrace stage over the interaction log's caller turns, and the
+    trace matched to each turn (same question by word error rate)."""
+    from kefu.ai_bridge.listen.heldout import wer
+
+    path = Path(log_path)
+    if not path.exists():
+        return {}
+    traces = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    traces = [t for t in traces if t.get("turn_id", 0) > 0]
+    out: dict[str, Any] = {"traces": len(traces)}
+    for stage in ("response", "endpoint", "asr", "dialog", "tts", "playout"):
+        vals = [t["stages_ms"][stage] for t in traces if t["stages_ms"].get(stage) is not None]
+        out[stage] = {"p50": percentile(vals, 50), "p95": percentile(vals, 95), "n": len(vals)}
+    unused = list(traces)
+    for rec in turns:
+        if not rec["ref"] or not unused:
+            continue
+        best = min(unused, key=lambda t: wer(rec["ref"], t.get("transcript", "")))
+        if wer(rec["ref"], best.get("transcript", "")) <= 0.5:
+            unused.remove(best)
+            rec["trace"] = {
+                "transcript": best.get("transcript"),
+                "source": best.get("source"),
+                "intent": best.get("intent"),
+                "answer_text": best.get("answer_text"),
+                "stages_ms": best.get("stages_ms"),
+            }
+    return out
+
+
+def summarize(turns: list[dict[str, Any]]) -> dict[str, Any]:
+    clean = [t["latency_ms"] for t in turns if t["latency_ms"] is not None and not t["overlapped"]]
+    return {
+        "turns": len(turns),
+        "answered": sum(t["latency_ms"] is not None for t in turns),
+        "overlapped": sum(t["overlapped"] for t in turns),
+        "p50_ms": percentile(clean, 50),
+        "p95_ms": percentile(clean, 95),
+        "max_ms": max(clean) if clean else None,
+    }
+
+
+# --- CLI -----------------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--target", help="sip:HOST:PORT or http://HOST:PORT")
+    parser.add_argument("--questions", help="folder of question WAVs (+ refs.tsv)")
+    parser.add_argument("--json", dest="json_out", help="write the report here (replies beside)")
+    parser.add_argument("--concurrency", type=int, default=1, help="calls at the same time")
+    parser.add_argument("--per-call", type=int, default=3, help="questions asked in one call")
+    parser.add_argument("--repeat", type=int, default=1, help="ask the whole set N times")
+    parser.add_argument("--gap", type=float, default=GAP_S, help="silence after a question (s)")
+    parser.add_argument("--interaction-log", help="kefu's JSONL interaction log, for stages")
+    parser.add_argument("--config", help="kefu config (WebRTC: the JWT secret)")
+    parser.add_argument("--no-asr", action="store_true", help="do not transcribe the replies")
+    parser.add_argument(
+        "--make-questions", metavar="DIR", help="write the held-out questions as WAVs and exit"
+    )
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    questions = load_questions(args.questions) * max(1, args.repeat)
+    scripts = chunk_scripts(questions, max(1, args.per_call), gap_s=args.gap)
+    out_dir = Path(args.json_out).resolve().parent if args.json_out else None
+    started = time.time()
+    target: str = args.target
+    if target.startswith("sip:"):
+        with tempfile.TemporaryDirectory(prefix="kefu-voice-") as tmp:
+            heard = run_sip(target[4:], scripts, Path(tmp), concurrency=args.concurrency)
+    else:
+        heard = asyncio.run(
+            run_webrtc(target, scripts, concurrency=args.concurrency, config_path=args.config)
+        )
+    asr = None
+    if not args.no_asr:
+        from kefu.ai_bridge.listen.asr.whisper import WhisperAsr
+
+        asr = WhisperAsr()
+    turns = turns_of(heard, out_dir, asr)
+    summary: dict[str, Any] = {
+        "target": target,
+        "transport": "sip" if target.startswith("sip:") else "webrtc",
+        "concurrency": args.concurrency,
+        "calls": len(scripts),
+        "failed_calls": [{"call": i, "error": h.error} for i, h in enumerate(heard) if not h.ok],
+        "wall_s": round(time.time() - started, 1),
+        **summarize(turns),
+    }
+    if args.interaction_log:
+        summary["stages_ms"] = stage_breakdown(args.interaction_log, turns)
+    summary["turn_records"] = turns
+    return summary
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.make_questions:
+        qs = make_questions(args.make_questions)
+        sys.stdout.write(json.dumps({"questions": len(qs), "dir": args.make_questions}) + "\n")
+        return 0
+    if not (args.target and args.questions):
+        sys.stderr.write("voice: --target and --questions are required\n")
+        return 2
+    summary = run(args)
+    text = json.dumps(summary, indent=2, default=str)
+    if args.json_out:
+        Path(args.json_out).write_text(text + "\n")
+    brief = {k: v for k, v in summary.items() if k != "turn_records"}
+    sys.stdout.write(json.dumps(brief, indent=2, default=str) + "\n")
+    return 0 if summary["answered"] and not summary["failed_calls"] else 1
+
+
+__all__ = [
+    "Heard",
+    "Placed",
+    "Question",
+    "Script",
+    "add_arguments",
+    "build_script",
+    "load_questions",
+    "main",
+    "make_questions",
+    "run_sip",
+    "run_webrtc",
+    "speech_bounds",
+    "stage_breakdown",
+    "summarize",
+    "turns_of",
+]
