@@ -516,14 +516,18 @@ def echo_row(s: dict[str, Any]) -> str:
         f"| {k['steady_cpu_pct']:.1f} | {k['cpu_pct_per_call']:.3f} "
         f"| {k['rss_idle_mib']:.0f}/{k['rss_steady_mib']:.0f} | {k['rss_kib_per_call']:.0f} "
         f"| {s['sipp_cpu_pct']:.0f} | {' '.join(str(x) for x in s['load_average'])} "
-        f"| {'yes' if s['pass'] else 'no'} |"
+        f"| {_yes(s['pass'])}/{_yes(s.get('pass_gaps_only'))} |"
     )
+
+
+def _yes(flag: object) -> str:
+    return "-" if flag is None else "yes" if flag else "no"
 
 
 ECHO_HEADER = (
     "| calls | hold s | cps | transport | loop | SIPp ok/failed | in loss % | in jitter p50/p99 ms "
     "| echo gap/missing/not-sent % | echo jitter p50/p99 ms | kefu CPU % | CPU % per call "
-    "| RSS idle/steady MiB | KiB per call | SIPp CPU % | load avg | pass |\n"
+    "| RSS idle/steady MiB | KiB per call | SIPp CPU % | load avg | pass strict/gaps |\n"
     "|" + " --- |" * 17
 )
 

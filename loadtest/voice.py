@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from loadtest.pcap import g711_decode, make_rtp_pcap, write_wav
+from loadtest.pcap import g711_decode, make_rtp_pcap
 from loadtest.pcap import read_wav as read_any_wav
 
 SIP_RATE = 8000
@@ -251,13 +251,15 @@ def run_sip(
 
     def one(i: int) -> Any:
         ms = int(scripts[i].seconds * 1000)
+        # Only uac_echo declares audio_ms; SIPp refuses -set for an undeclared variable.
+        extra_vars = {"audio_ms": ms} if str(scenario).startswith("uac_echo") else {}
         return run_sipp(
             scenario,
             target,
             media_port=ports[i],
             local_port=free_port(),
             keys={"pcap": pcaps[i]},
-            variables={"audio_ms": ms, **(variables or {})},
+            variables={**extra_vars, **(variables or {})},
             timeout=scripts[i].seconds + 25,
         )
 
@@ -364,8 +366,7 @@ async def _webrtc_call(
     heard.events = list(client.events)
     start = mic._start  # noqa: SLF001 - the pacing origin is the mic's first frame
     if start is None or not client.timed:
-        heard.ok = heard.ok and False
-        heard.error = heard.error or "no audio exchanged"
+        heard.ok, heard.error = False, heard.error or "no audio exchanged"
         return heard
     for k, pl in enumerate(script.placed):
         heard.speech_ends[k] = start + pl.speech_end_s
@@ -377,92 +378,20 @@ async def _webrtc_call(
     return heard
 
 
-# --- analysis ------------------------------------------------------------------------------
+def barge_in_scripts(calls: int) -> list[Script]:
+    """Calls that ask for a long answer and cut in 2 s into it with a second question."""
+    from kefu.ai_bridge.listen.heldout import piper_voice, speak
+
+    voice = piper_voice()
+    long_q = Question("long", speak(voice, BARGE_LONG), BARGE_LONG)
+    second = Question("second", speak(voice, BARGE_SECOND), BARGE_SECOND)
+    # The bot starts ~0.8 s after the question ends: cut in ~2 s into its answer.
+    cut = LEAD_S + len(long_q.pcm) / ASR_RATE + 2.8
+    return [build_script([long_q, second], at=[LEAD_S, cut], tail_s=GAP_S) for _ in range(calls)]
 
 
-def percentile(values: Sequence[float], q: float) -> float | None:
-    return round(float(np.percentile(values, q)), 1) if values else None
-
-
-def turns_of(heard: Sequence[Heard], out_dir: Path | None, asr: Any = None) -> list[dict[str, Any]]:
-    """One record per placed question: latency on the wire, the reply text and WAV."""
-    turns = []
-    for c, h in enumerate(heard):
-        placed = h.script.placed
-        for k, pl in enumerate(placed):
-            end = h.speech_ends[k]
-            nxt = h.speech_starts[k + 1] if k + 1 < len(placed) else None
-            first = h.first_voiced_after(end) if end is not None else None
-            if first is not None and nxt is not None and first >= nxt:
-                first = None
-            rec: dict[str, Any] = {
-                "call": c,
-                "question": pl.question.name,
-                "ref": pl.question.text,
-                "ok": h.ok,
-                "latency_ms": None
-                if first is None or end is None
-                else round((first - end) * 1000, 1),
-                # The bot still talking when the question began: a barge-in, not a clean turn.
-                "overlapped": bool(
-                    h.speech_starts[k] is not None
-                    and h.voiced_within(h.speech_starts[k] - 0.2, h.speech_starts[k])
-                ),
-            }
-            if end is not None:
-                stop = nxt if nxt is not None else end + 30.0
-                reply = h.reply_between(end, stop)
-                if out_dir is not None:
-                    path = out_dir / f"reply-c{c:03d}-{pl.question.name}.wav"
-                    write_wav(path, reply, ASR_RATE)
-                    rec["reply_wav"] = path.name
-                if asr is not None and reply.size:
-                    rec["reply_text"] = asr.transcribe_sync(reply).text
-            turns.append(rec)
-    return turns
-
-
-def stage_breakdown(log_path: str | Path, turns: list[dict[str, Any]]) -> dict[str, Any]:
-    """Percentiles of each TurnTrace stage over the interaction log's caller turns, and the
-    trace matched to each turn (same question by word error rate)."""
-    from kefu.ai_bridge.listen.heldout import wer
-
-    path = Path(log_path)
-    if not path.exists():
-        return {}
-    traces = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    traces = [t for t in traces if t.get("turn_id", 0) > 0]
-    out: dict[str, Any] = {"traces": len(traces)}
-    for stage in ("response", "endpoint", "asr", "dialog", "tts", "playout"):
-        vals = [t["stages_ms"][stage] for t in traces if t["stages_ms"].get(stage) is not None]
-        out[stage] = {"p50": percentile(vals, 50), "p95": percentile(vals, 95), "n": len(vals)}
-    unused = list(traces)
-    for rec in turns:
-        if not rec["ref"] or not unused:
-            continue
-        best = min(unused, key=lambda t: wer(rec["ref"], t.get("transcript", "")))
-        if wer(rec["ref"], best.get("transcript", "")) <= 0.5:
-            unused.remove(best)
-            rec["trace"] = {
-                "transcript": best.get("transcript"),
-                "source": best.get("source"),
-                "intent": best.get("intent"),
-                "answer_text": best.get("answer_text"),
-                "stages_ms": best.get("stages_ms"),
-            }
-    return out
-
-
-def summarize(turns: list[dict[str, Any]]) -> dict[str, Any]:
-    clean = [t["latency_ms"] for t in turns if t["latency_ms"] is not None and not t["overlapped"]]
-    return {
-        "turns": len(turns),
-        "answered": sum(t["latency_ms"] is not None for t in turns),
-        "overlapped": sum(t["overlapped"] for t in turns),
-        "p50_ms": percentile(clean, 50),
-        "p95_ms": percentile(clean, 95),
-        "max_ms": max(clean) if clean else None,
-    }
+BARGE_LONG = "Where is your nearest store?"
+BARGE_SECOND = "Do you take gift cards?"
 
 
 # --- CLI -----------------------------------------------------------------------------------
@@ -482,9 +411,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--make-questions", metavar="DIR", help="write the held-out questions as WAVs and exit"
     )
+    parser.add_argument(
+        "--barge-in", type=int, metavar="N", help="N calls that interrupt a long answer (SIP)"
+    )
+    parser.add_argument(
+        "--wer", action="store_true", help="Whisper WER on --questions, clean and over G.711"
+    )
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    from loadtest.voice_report import stage_breakdown, summarize, turns_of
+
     questions = load_questions(args.questions) * max(1, args.repeat)
     scripts = chunk_scripts(questions, max(1, args.per_call), gap_s=args.gap)
     out_dir = Path(args.json_out).resolve().parent if args.json_out else None
@@ -518,37 +455,46 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return summary
 
 
+def _write(summary: dict[str, Any], out: str | None) -> None:
+    text = json.dumps(summary, indent=2, default=str)
+    if out:
+        Path(out).write_text(text + "\n")
+    brief = {k: v for k, v in summary.items() if k not in ("rows", "turn_records")}
+    sys.stdout.write(json.dumps(brief, indent=2, default=str) + "\n")
+
+
 def main(args: argparse.Namespace) -> int:
+    from loadtest.voice_report import barge_in_report, turns_of, wer_report
+
     if args.make_questions:
         qs = make_questions(args.make_questions)
         sys.stdout.write(json.dumps({"questions": len(qs), "dir": args.make_questions}) + "\n")
         return 0
+    if args.wer:
+        from kefu.ai_bridge.listen.asr.whisper import WhisperAsr
+
+        summary = wer_report(load_questions(args.questions), WhisperAsr())
+        _write(summary, args.json_out)
+        return 0
+    if args.barge_in:
+        if not (args.target or "").startswith("sip:"):
+            sys.stderr.write("voice: --barge-in needs --target sip:HOST:PORT\n")
+            return 2
+        with tempfile.TemporaryDirectory(prefix="kefu-voice-") as tmp:
+            heard = run_sip(
+                args.target[4:],
+                barge_in_scripts(args.barge_in),
+                Path(tmp),
+                concurrency=args.concurrency,
+            )
+        summary = barge_in_report(heard)
+        turns = turns_of(heard, None)
+        summary["second_answer_latency_ms"] = [t["latency_ms"] for t in turns[1::2]]
+        _write(summary, args.json_out)
+        return 0 if summary["measured"] else 1
     if not (args.target and args.questions):
         sys.stderr.write("voice: --target and --questions are required\n")
         return 2
     summary = run(args)
-    text = json.dumps(summary, indent=2, default=str)
-    if args.json_out:
-        Path(args.json_out).write_text(text + "\n")
-    brief = {k: v for k, v in summary.items() if k != "turn_records"}
-    sys.stdout.write(json.dumps(brief, indent=2, default=str) + "\n")
+    _write(summary, args.json_out)
     return 0 if summary["answered"] and not summary["failed_calls"] else 1
-
-
-__all__ = [
-    "Heard",
-    "Placed",
-    "Question",
-    "Script",
-    "add_arguments",
-    "build_script",
-    "load_questions",
-    "main",
-    "make_questions",
-    "run_sip",
-    "run_webrtc",
-    "speech_bounds",
-    "stage_breakdown",
-    "summarize",
-    "turns_of",
-]

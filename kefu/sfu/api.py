@@ -11,6 +11,7 @@ Participants that vanish without ``leave()`` are removed when aiortc reports the
 connection ``failed``/``closed`` (ICE consent, ~30 s), or by :meth:`Sfu.sweep`, which also
 removes those that never connected and silent publishers (``idle_timeout_s``). One process
 serves all rooms here; :mod:`kefu.sfu.workers` describes sharding rooms over processes.
+:meth:`Sfu.stats` gives counters and gauges for metrics export.
 """
 
 from __future__ import annotations

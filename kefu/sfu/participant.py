@@ -8,9 +8,16 @@ Signaling states (RFC 8829 §3.2, as aiortc implements them) allowed per call:
     handle_answer  have-local-offer  -> stable
 
 Anything else raises :class:`~kefu.sfu.errors.BadSignalingState`. Invariants: a participant
-subscribes to every other participant's audio source exactly once; renegotiation is
-requested only in ``stable`` (otherwise it is remembered and requested after the answer);
+subscribes to every other participant's audio source exactly once; an answer holds only the
+m-sections of the offer it answers (sources beyond the offer's idle audio m-sections are
+added afterwards); renegotiation is requested only in ``stable`` and once connected
+(otherwise it is remembered and requested then), at most once per loop turn; every offer
+kefu makes keeps the payload types and extmap ids negotiated so far (:mod:`.stable_ids`);
 ``leave()`` is idempotent and, once done, no task, track, socket or channel of it remains.
+
+``on_ice_candidate`` may be called *inside* ``handle_offer``/``create_offer`` (aiortc gathers
+in setLocalDescription), before the description is returned: the caller holds such
+candidates until it has sent the description (kefu.signaling.hub does).
 """
 
 from __future__ import annotations
@@ -313,6 +320,8 @@ class Participant(_Member):
         state = self.pc.connectionState
         if state in ("connecting", "connected", "failed", "closed"):
             self._set_state(state)
+        if state == "connected":
+            self._after_stable()
         if state in ("failed", "closed") and not self._closed:
             self._room.spawn(self.leave())
 
@@ -356,6 +365,11 @@ class Participant(_Member):
             return
         if self.pc.signalingState != "stable":
             return  # pending stays set: handle_answer / create_offer take it from here
+        if self.state != "connected":
+            # Until ICE and DTLS are up the client may not have applied our answer yet (an
+            # offer overtaking it breaks clients that do not queue signaling operations);
+            # being connected proves it has: _on_connection_state tries again then.
+            return
         self._renegotiate_pending = False
         self.on_renegotiation_needed()
 

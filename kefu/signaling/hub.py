@@ -13,11 +13,9 @@ Invariants:
   ``_sessions`` and its room, then calls ``participant.leave()`` exactly once;
 * everything a session sends while detached is kept (up to ``max_pending``, oldest dropped
   and counted) and delivered in order after ``resume``;
-* a server ``candidate`` never goes out before the ``answer``/``offer`` it belongs to: the SFU
-  reports candidates while it is still making the description (aiortc gathers inside
-  setLocalDescription), and browsers refuse a candidate that has no remote description, so
-  candidates are held while a description is being made and sent right after it (or
-  dropped with it when making it failed);
+* a server ``candidate`` never goes out before the ``answer``/``offer`` it belongs to (browsers
+  refuse it): the SFU reports candidates while still making the description (aiortc gathers
+  in setLocalDescription), so they wait until it is sent, or are dropped if making it failed;
 * timers (heartbeat, resume grace) only fire from :meth:`SignalingHub.handle_timer`, with the
   time passed in, so tests drive them without sleeping.
 

@@ -1,0 +1,266 @@
+"""kefu's AI voice loop end to end over SIP: SIPp callers ask spoken questions, tshark
+captures what kefu says back, Whisper transcribes it.
+
+Run inside a private network namespace:
+``unshare -n sh -c 'ip link set lo up && KEFU_NETNS=1 python3 -m pytest tests/e2e -q'``.
+One kefu process serves the whole module (its models load once); the LLM tests start a
+second one pointed at a fake OpenAI-compatible server in this process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import KefuProcess, start_kefu
+
+from loadtest.peers import free_port
+from loadtest.voice import Heard, Question, build_script, run_sip
+from loadtest.voice_report import turns_of
+
+pytestmark = [pytest.mark.netns, pytest.mark.peer]
+
+TRANSFER_TARGET = "sip:queue@127.0.0.1:5999"
+AI = {"KEFU_CALLS_MEDIA_MODE": "ai"}
+
+
+def words(text: str) -> str:
+    return " ".join(text.lower().replace(",", " ").replace(".", " ").split())
+
+
+@pytest.fixture(scope="module")
+def voice() -> object:
+    from kefu.ai_bridge.listen.heldout import piper_voice
+
+    return piper_voice()
+
+
+@pytest.fixture(scope="module")
+def asr() -> Any:
+    from kefu.ai_bridge.listen.asr.whisper import WhisperAsr
+
+    engine = WhisperAsr()
+    assert engine.ready, engine.error
+    return engine
+
+
+@pytest.fixture(scope="module")
+def ask(voice: object):  # noqa: ANN201 - a factory
+    from kefu.ai_bridge.listen.heldout import speak
+
+    def make(text: str) -> Question:
+        return Question(text[:20], speak(voice, text), text)
+
+    return make
+
+
+@pytest.fixture(scope="module")
+def kefu_ai(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KefuProcess]:
+    tmp = tmp_path_factory.mktemp("kefu-ai")
+    env = {**AI, "KEFU_AI_INTERACTION_LOG": str(tmp / "interactions.jsonl")}
+    server = start_kefu(tmp, "--transfer-target", TRANSFER_TARGET, env=env)
+    yield server
+    server.stop()
+
+
+def traces(server: KefuProcess) -> list[dict[str, Any]]:
+    path = Path(str(server.log_path.parent / "interactions.jsonl"))
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def replies(heard: list[Heard], asr: Any) -> list[dict[str, Any]]:
+    turns = turns_of(heard, None, asr)
+    for t in turns:
+        t["reply_text"] = words(t.get("reply_text", ""))
+    return turns
+
+
+# -- one batch of concurrent calls shared by the answer tests ------------------------------
+
+QUESTIONS = {
+    "hours": ("What are your opening hours?", ["monday", "friday"]),
+    "delivery": ("How long does delivery take?", ["business days"]),
+    "payment": ("Can I pay with PayPal?", ["visa", "mastercard"]),
+    "mars": ("What's the weather on Mars?", ["colleague"]),
+}
+
+
+@pytest.fixture(scope="module")
+def batch(
+    kefu_ai: KefuProcess, ask: Any, asr: Any, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, dict[str, Any]]:
+    names = list(QUESTIONS)
+    scripts = [build_script([ask(QUESTIONS[n][0])], gap_s=8.0) for n in names]
+    heard = run_sip(kefu_ai.sip, scripts, tmp_path_factory.mktemp("batch"), concurrency=4)
+    for h in heard:
+        assert h.ok, h.error
+    return dict(zip(names, replies(heard, asr), strict=True))
+
+
+@pytest.mark.parametrize("name", ["hours", "delivery", "payment"])
+def test_spoken_question_gets_the_kb_answer_spoken_back(
+    batch: dict[str, dict[str, Any]], name: str
+) -> None:
+    turn = batch[name]
+    assert turn["latency_ms"] is not None, "kefu never answered on the wire"
+    for key in QUESTIONS[name][1]:
+        assert key in turn["reply_text"], turn["reply_text"]
+
+
+def test_unanswerable_question_offers_a_colleague_and_invents_nothing(
+    batch: dict[str, dict[str, Any]], kefu_ai: KefuProcess
+) -> None:
+    reply = batch["mars"]["reply_text"]
+    assert "colleague" in reply, reply
+    # The fallback sentence and nothing else: no KB facts, no weather.
+    assert not any(w in reply for w in ("degrees", "sunny", "business days", "monday")), reply
+    mars = [t for t in traces(kefu_ai) if "mars" in str(t.get("transcript", "")).lower()]
+    assert mars and mars[0]["source"] == "fallback", mars
+
+
+def test_latency_marks_reach_the_interaction_log(
+    batch: dict[str, dict[str, Any]], kefu_ai: KefuProcess
+) -> None:
+    answered = [t for t in traces(kefu_ai) if t.get("turn_id", 0) > 0]
+    assert len(answered) >= 4
+    for t in answered:
+        assert t["stages_ms"]["response"] is not None, t
+        assert t["stages_ms"]["tts"] is not None, t
+
+
+# -- barge-in -------------------------------------------------------------------------------
+
+
+def test_caller_interrupts_a_long_answer_and_is_answered(
+    kefu_ai: KefuProcess, ask: Any, asr: Any, tmp_path: Path
+) -> None:
+    long_q = ask("Where is your nearest store?")
+    second = ask("Do you take gift cards?")
+    lead = 5.0
+    # The bot starts answering ~0.8 s after the question; interrupt 2 s into its answer.
+    interrupt_at = lead + len(long_q.pcm) / 16000 + 2.8
+    script = build_script([long_q, second], lead_s=lead, at=[lead, interrupt_at], tail_s=8.0)
+    [heard] = run_sip(kefu_ai.sip, [script], tmp_path)
+    assert heard.ok, heard.error
+    s2 = heard.speech_starts[1]
+    assert s2 is not None
+    assert heard.voiced_within(s2 - 0.3, s2), "the bot was not speaking when the caller cut in"
+    stopped = heard.silence_from(s2, hold_s=0.5)
+    assert stopped is not None, "the bot never stopped talking"
+    stop_ms = (stopped - s2) * 1000
+    assert stop_ms <= 300, f"bot audio stopped {stop_ms:.0f} ms after the caller's speech began"
+    turns = replies([heard], asr)
+    assert "gift card" in turns[1]["reply_text"], turns[1]["reply_text"]
+    barges = kefu_ai.events("barge_in")
+    assert barges and float(barges[-1]["stop_latency_ms"]) <= 250, barges
+
+
+# -- "I want to talk to a human" -> REFER -----------------------------------------------------
+
+
+def test_asking_for_a_human_transfers_the_call_with_refer(
+    kefu_ai: KefuProcess, ask: Any, tmp_path: Path
+) -> None:
+    script = build_script([ask("I want to talk to a human.")], gap_s=6.0)
+    # uac_dtmf_refer waits for kefu's REFER, accepts it, NOTIFYs success and takes kefu's BYE.
+    [heard] = run_sip(kefu_ai.sip, [script], tmp_path, scenario="uac_dtmf_refer")
+    assert heard.ok, heard.error
+    handoffs = kefu_ai.events("handoff_requested")
+    assert any(h.get("reason") == "caller asked" for h in handoffs), handoffs
+    log = kefu_ai.log_path.read_text()
+    assert TRANSFER_TARGET.split(":", 1)[1] in log
+
+
+# -- the LLM path ----------------------------------------------------------------------------
+
+LLM_SENTENCE = "Purple elephants carry every parcel on Tuesday."
+
+
+class FakeLlm:
+    """An OpenAI-compatible streaming endpoint on 127.0.0.1, in a thread of this process."""
+
+    def __init__(self) -> None:
+        self.port = free_port("tcp")
+        self.requests = 0
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._runner: Any = None
+
+    async def _chat(self, request: Any) -> Any:
+        from aiohttp import web
+
+        self.requests += 1
+        await request.json()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for piece in LLM_SENTENCE.split(" "):
+            chunk = {"choices": [{"index": 0, "delta": {"content": piece + " "}}]}
+            await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        await resp.write(b"data: [DONE]\n\n")
+        return resp
+
+    async def _start(self) -> None:
+        from aiohttp import web
+
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._chat)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+
+    def start(self) -> None:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
+
+    def stop(self) -> None:
+        if self._runner is not None:
+            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
+            self._runner = None
+
+    def close(self) -> None:
+        self.stop()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+
+
+@pytest.fixture(scope="module")
+def llm_kefu(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[KefuProcess, FakeLlm]]:
+    llm = FakeLlm()
+    llm.start()
+    tmp = tmp_path_factory.mktemp("kefu-llm")
+    env = {
+        **AI,
+        "KEFU_AI_LLM_URL": f"http://127.0.0.1:{llm.port}",
+        "KEFU_AI_INTERACTION_LOG": str(tmp / "interactions.jsonl"),
+    }
+    server = start_kefu(tmp, env=env)
+    yield server, llm
+    server.stop()
+    llm.close()
+
+
+def test_llm_sentence_is_spoken_then_kb_answer_when_the_llm_is_down(
+    llm_kefu: tuple[KefuProcess, FakeLlm], ask: Any, asr: Any, tmp_path: Path
+) -> None:
+    server, llm = llm_kefu
+    question = ask("How long does delivery take?")
+    [up] = run_sip(server.sip, [build_script([question], gap_s=6.0)], tmp_path / "up")
+    assert up.ok, up.error
+    assert llm.requests >= 1
+    spoken = replies([up], asr)[0]["reply_text"]
+    assert "elephant" in spoken and "business days" not in spoken, spoken
+
+    llm.stop()  # connection refused from now on: the dialog must fall back to the KB
+    [down] = run_sip(server.sip, [build_script([question], gap_s=6.0)], tmp_path / "down")
+    assert down.ok, down.error
+    spoken = replies([down], asr)[0]["reply_text"]
+    assert "business days" in spoken and "elephant" not in spoken, spoken
+    sources = [t["source"] for t in traces(server) if t.get("turn_id", 0) > 0]
+    assert sources[:1] == ["llm"] and sources[-1] == "kb", sources
