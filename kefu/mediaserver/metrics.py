@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable, Iterator
 
 from prometheus_client import (
     CollectorRegistry,
@@ -12,6 +13,7 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 
 class Metrics:
@@ -60,6 +62,10 @@ class Metrics:
             registry=r,
         )
 
+    def watch_sfu(self, stats: Callable[[], dict[str, int]]) -> None:
+        """Export the SFU's own counters (read at scrape time) as kefu_webrtc_*."""
+        self.registry.register(_SfuCollector(stats))
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
@@ -69,3 +75,20 @@ class Metrics:
             start = time.perf_counter()
             await asyncio.sleep(interval)
             self.loop_lag.observe(max(0.0, time.perf_counter() - start - interval))
+
+
+_SFU_GAUGES = frozenset({"rooms", "participants"})
+
+
+class _SfuCollector:
+    def __init__(self, stats: Callable[[], dict[str, int]]) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        for name, value in sorted(self._stats().items()):
+            if name in _SFU_GAUGES:
+                yield GaugeMetricFamily(f"kefu_webrtc_{name}", f"WebRTC {name} now", value=value)
+            else:
+                yield CounterMetricFamily(
+                    f"kefu_webrtc_{name}", f"WebRTC {name.replace('_', ' ')}", value=value
+                )

@@ -77,6 +77,7 @@ class KefuServer:
         self.rooms = RoomService(
             Sfu(peer), no_bot_rooms=frozenset({sip_room}) if sip_room else frozenset()
         )
+        self.metrics.watch_sfu(self.rooms.sfu.stats)
         self.signaling = SignalingHub(
             self.rooms,
             SignalingSettings(

@@ -80,7 +80,7 @@ def tone(seconds: float, rate: int = 8000) -> np.ndarray:
 
 
 @pytest.fixture
-async def server():
+async def server(tmp_path):
     config = load_config(
         environ={},
         overrides={
@@ -88,6 +88,7 @@ async def server():
             "http": {"listen": "127.0.0.1:0"},
             "rtp": {"ports": "32000-32099"},
             "calls": {"max_concurrent": 2, "media_mode": "echo"},
+            "server": {"state_dir": str(tmp_path)},
         },
     )
     srv = KefuServer(config)
