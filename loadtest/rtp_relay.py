@@ -13,6 +13,7 @@ Run inside ``unshare -n sh -c 'ip link set lo up && ...'``.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import select
 import shutil
@@ -333,7 +334,7 @@ def pump(
     poller = select.epoll()
     for fd in by_fd:
         poller.register(fd, select.EPOLLIN)
-    pids = {"relay": relay_pid, "generator": _self_pid()}
+    pids = {"relay": relay_pid, "generator": os.getpid()}
     start = time.monotonic()
     next_tick = start
     end = start + seconds
@@ -382,12 +383,6 @@ def _drain(poller: select.epoll, by_fd: dict[int, Stream], timeout: float) -> No
                 break
             if len(data) >= 12 and data[0] >> 6 == 2 and data[1] & 0x7F == 0:
                 s.received += 1
-
-
-def _self_pid() -> int:
-    import os
-
-    return os.getpid()
 
 
 def _phase_result(

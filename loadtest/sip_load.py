@@ -13,6 +13,7 @@ the tools inside ``unshare -n sh -c 'ip link set lo up && ...'``.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -377,7 +378,7 @@ def sip_echo(
 
     kefu_cpu = cpu_percent(steady_a, steady_b, "kefu")
     idle_cpu = cpu_percent(idle_a, idle_b, "kefu")
-    n_active = active if active == active and active > 0 else float(calls)
+    n_active = float(calls) if math.isnan(active) or active <= 0 else active
     summary: dict[str, Any] = {
         "benchmark": "sip-echo",
         "calls": calls,
@@ -644,10 +645,8 @@ def sip_setup(
                 variables={"audio_ms": 0},
                 timeout=calls / cps + 30,
             )
-            pids = {"kefu": kefu.pid}
-            a = sample_cpu(pids)
+            a = sample_cpu({"kefu": kefu.pid})
             sipp = SippRun(cmd, sipp_dir)
-            pids["sipp"] = sipp.pid
             result = sipp.wait(timeout=calls / cps + 45)
             b = sample_cpu({"kefu": kefu.pid})
             sipp = None

@@ -100,6 +100,8 @@ class Heard:
     ok: bool = True
     error: str = ""
     events: list[dict[str, Any]] = field(default_factory=list)
+    to_monotonic: float = 0.0
+    """Add to a wire time to get this host's ``time.monotonic()`` (kefu's loop clock)."""
 
     def first_voiced_after(self, t: float) -> float | None:
         for at, rms in self.frames:
@@ -271,6 +273,7 @@ def run_sip(
     heard = []
     for i, script in enumerate(scripts):
         h = Heard(script, [None] * len(script.placed), [None] * len(script.placed))
+        h.to_monotonic = time.monotonic() - time.time()
         h.ok, h.error = results[i].ok, results[i].errors[-800:] or results[i].stderr_tail[-800:]
         heard.append(h)
         try:

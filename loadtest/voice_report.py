@@ -34,6 +34,7 @@ def turns_of(heard: Sequence[Heard], out_dir: Path | None, asr: Any = None) -> l
                 "question": pl.question.name,
                 "ref": pl.question.text,
                 "ok": h.ok,
+                "speech_end_mono": None if end is None else end + h.to_monotonic,
                 "latency_ms": None
                 if first is None or end is None
                 else round((first - end) * 1000, 1),
@@ -58,7 +59,9 @@ def turns_of(heard: Sequence[Heard], out_dir: Path | None, asr: Any = None) -> l
 
 def stage_breakdown(log_path: str | Path, turns: list[dict[str, Any]]) -> dict[str, Any]:
     """Percentiles of each TurnTrace stage over the interaction log's caller turns, and the
-    trace matched to each turn (same question by word error rate)."""
+    trace matched to each turn: the one whose speech end (kefu's loop clock, which is this
+    host's monotonic clock) is nearest after the turn's wire speech end; ``vad_lag_ms`` is
+    how much later kefu marked the end than the wire showed it."""
     from kefu.ai_bridge.listen.heldout import wer
 
     path = Path(log_path)
@@ -70,20 +73,29 @@ def stage_breakdown(log_path: str | Path, turns: list[dict[str, Any]]) -> dict[s
     for stage in ("response", "endpoint", "asr", "dialog", "tts", "playout"):
         vals = [t["stages_ms"][stage] for t in traces if t["stages_ms"].get(stage) is not None]
         out[stage] = {"p50": percentile(vals, 50), "p95": percentile(vals, 95), "n": len(vals)}
-    unused = list(traces)
+    unused = [t for t in traces if t.get("speech_end") is not None]
+    lags = []
     for rec in turns:
-        if not rec["ref"] or not unused:
+        wire_end = rec.get("speech_end_mono")
+        if wire_end is None or not unused:
             continue
-        best = min(unused, key=lambda t: wer(rec["ref"], t.get("transcript", "")))
-        if wer(rec["ref"], best.get("transcript", "")) <= 0.5:
+        best = min(unused, key=lambda t: abs(float(t["speech_end"]) - wire_end - 0.25))
+        lag = float(best["speech_end"]) - wire_end
+        if -0.3 <= lag <= 1.5:
             unused.remove(best)
+            lags.append(round(lag * 1000, 1))
             rec["trace"] = {
+                "vad_lag_ms": lags[-1],
+                "transcript_wer": round(wer(rec["ref"], best.get("transcript", "")), 2)
+                if rec["ref"]
+                else None,
                 "transcript": best.get("transcript"),
                 "source": best.get("source"),
                 "intent": best.get("intent"),
                 "answer_text": best.get("answer_text"),
                 "stages_ms": best.get("stages_ms"),
             }
+    out["vad_lag_ms"] = {"p50": percentile(lags, 50), "p95": percentile(lags, 95), "n": len(lags)}
     return out
 
 

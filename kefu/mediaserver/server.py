@@ -396,7 +396,7 @@ class KefuServer:
             ep.play(agent.outbound)
             call.spawn(agent.start(), "agent-start")
         else:
-            ep.play(ep.inbound)
+            ep.reflect()
 
     async def _join_room(self, call: Call, room_id: str) -> None:
         ep = call.endpoint

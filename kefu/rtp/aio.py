@@ -108,6 +108,7 @@ class RtpEndpoint:
         self._source: MediaStreamTrack | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._closed = False
+        self._reflecting = False
 
     @classmethod
     async def open(
@@ -218,9 +219,19 @@ class RtpEndpoint:
 
     def play(self, track: MediaStreamTrack | None) -> None:
         """Send this track's audio (any format; converted); None sends nothing."""
+        self._reflecting = False
         self._source = track
         if self._sender is not None:
             self._sender.set_source(track)
+
+    def reflect(self) -> None:
+        """Echo by sending each received packet straight back (no jitter buffer, no pacing).
+
+        The cheapest echo (one syscall per packet, no timers), what an RTP relay does; the
+        inbound track gets nothing while reflecting. ``play()`` ends it.
+        """
+        self.play(None)
+        self._reflecting = True
 
     def send_dtmf(self, digit: str) -> None:
         """Queue an RFC 4733 digit; it replaces audio for its ~200 ms on the wire."""
@@ -249,7 +260,11 @@ class RtpEndpoint:
             events = session.receive_datagram(data, addr, self._loop.time())
             for event in events:
                 if isinstance(event, AudioPacket):
-                    self.inbound.push(event)
+                    if self._reflecting:
+                        if self._sender is not None and self._sender.sending:
+                            self._send_rtp(session.reflect(event, event.arrival))
+                    else:
+                        self.inbound.push(event)
                 elif isinstance(event, DtmfReceived):
                     self._queue_dtmf(event)
                 elif isinstance(event, SourceLatched):

@@ -224,6 +224,7 @@ class RtpSession:
 
         self._seq = self._rng.getrandbits(16)
         self._timestamp = self._rng.getrandbits(32)
+        self._reflect_offsets: tuple[int, int] | None = None
         self._last_sent_ts = self._timestamp
         self._last_sent_at: float | None = None
         self._sent_since_report = False
@@ -415,6 +416,28 @@ class RtpSession:
         self._last_sent_ts = self._timestamp
         self._last_sent_at = now
         self._timestamp = (self._timestamp + timestamp_step) & 0xFFFFFFFF
+        self._arm_timer(now)
+        return data
+
+    def reflect(self, packet: AudioPacket, now: float) -> bytes:
+        """Send ``packet``'s payload straight back under our SSRC (echo as a relay would).
+
+        Sequence numbers and timestamps keep the caller's spacing, offset into our own
+        number space, so gaps and jitter the caller caused stay visible to it, and kefu adds
+        no pacing delay or timer of its own.
+        """
+        if self._reflect_offsets is None:
+            self._reflect_offsets = (
+                (self._seq - packet.seq) & 0xFFFF,
+                (self._timestamp - packet.timestamp) & 0xFFFFFFFF,
+            )
+        seq_off, ts_off = self._reflect_offsets
+        self._seq = (packet.seq + seq_off) & 0xFFFF
+        timestamp = (packet.timestamp + ts_off) & 0xFFFFFFFF
+        data = self._build(self.payload_type, packet.marker, timestamp, packet.payload)
+        self._last_sent_ts = timestamp
+        self._last_sent_at = now
+        self._timestamp = timestamp
         self._arm_timer(now)
         return data
 

@@ -192,6 +192,23 @@ def test_packetize_sequences_and_timestamps() -> None:
     assert s.stats.packets_sent == 3 and s.stats.bytes_sent == 321
 
 
+def test_reflect_keeps_the_callers_spacing_under_our_ssrc() -> None:
+    s = make(ssrc=0x1234)
+    # The caller's sequence wraps, and two packets were lost on the way in.
+    incoming = [(65534, 0), (65535, 160), (2, 640), (3, 800)]
+    sent = [
+        RtpPacket.parse(s.reflect(AudioPacket(seq, ts, bytes([i]) * 160, i == 0, 0.02 * i), 0))
+        for i, (seq, ts) in enumerate(incoming)
+    ]
+    assert {p.ssrc for p in sent} == {0x1234}
+    assert [p.payload[0] for p in sent] == [0, 1, 2, 3]
+    pairs = list(zip(sent, sent[1:], strict=False))
+    assert [(b.sequence_number - a.sequence_number) & 0xFFFF for a, b in pairs] == [1, 3, 1]
+    assert [(b.timestamp - a.timestamp) & 0xFFFFFFFF for a, b in pairs] == [160, 480, 160]
+    assert sent[0].marker and not sent[1].marker
+    assert s.stats.packets_sent == 4
+
+
 def test_random_initial_values_differ_between_sessions() -> None:
     a = RtpPacket.parse(RtpSession(payload_type=0, clock_rate=8000).packetize(b"", 160, 0))
     b = RtpPacket.parse(RtpSession(payload_type=0, clock_rate=8000).packetize(b"", 160, 0))
