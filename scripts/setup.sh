@@ -14,6 +14,7 @@ if [ "$with_test" = 1 ]; then
   command -v ip >/dev/null || missing+=(iproute2)
   command -v chromium >/dev/null || missing+=(chromium)
   command -v turnserver >/dev/null || missing+=(coturn)
+  command -v rtpengine >/dev/null || missing+=(rtpengine-daemon)
   command -v node >/dev/null || missing+=(nodejs npm)
   command -v unshare >/dev/null || missing+=(util-linux)
   if [ ${#missing[@]} -gt 0 ]; then
