@@ -68,6 +68,12 @@ def main(argv: list[str] | None = None) -> int:
 
     webrtc.add_arguments(sub.add_parser("webrtc", help="one aiortc caller: WAV in, WAV out"))
 
+    from loadtest import webrtc_load
+
+    webrtc_load.add_arguments(
+        sub.add_parser("webrtc-load", help="rooms of aiortc participants: forwarding load")
+    )
+
     from loadtest import voice
 
     voice.add_arguments(
@@ -79,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         return webrtc.main(args)
     if args.command == "voice":
         return voice.main(args)
+    if args.command == "webrtc-load":
+        return webrtc_load.main(args)
     if args.command == "sip-echo":
         from loadtest import sip_load
 

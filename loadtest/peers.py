@@ -42,7 +42,7 @@ LOCALHOST = "127.0.0.1"
 # --- processes -----------------------------------------------------------------------------
 
 
-def _stop_process(proc: subprocess.Popen[bytes], first: signal.Signals, grace: float) -> None:
+def stop_process(proc: subprocess.Popen[bytes], first: signal.Signals, grace: float) -> None:
     """Signal the process group we created, then escalate to SIGKILL after ``grace``."""
     if proc.poll() is not None:
         return
@@ -208,7 +208,21 @@ def _parse_stats(path: Path) -> list[dict[str, str]]:
     return [dict(zip(header, row, strict=False)) for row in rows[1:] if row]
 
 
-def _result(returncode: int, workdir: Path) -> SippResult:
+def spawn_sipp(cmd: Sequence[str], workdir: Path) -> subprocess.Popen[bytes]:
+    """Start a :func:`sipp_command` argv in the background, its stderr into ``workdir``."""
+    with open(workdir / "stderr.log", "wb") as err:
+        return subprocess.Popen(
+            cmd,
+            cwd=workdir,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            start_new_session=True,
+        )
+
+
+def sipp_result(returncode: int, workdir: Path) -> SippResult:
+    """What the SIPp run that logged into ``workdir`` (see :func:`sipp_command`) did."""
     stats = _parse_stats(workdir / "stat.csv")
     last = stats[-1] if stats else {}
     return SippResult(
@@ -259,20 +273,12 @@ def run_sipp(
             timeout=timeout,
             extra=extra,
         )
-        with open(workdir / "stderr.log", "wb") as err:
-            proc = subprocess.Popen(
-                cmd,
-                cwd=workdir,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=err,
-                start_new_session=True,
-            )
-            try:
-                proc.wait(timeout=timeout + 10)
-            except subprocess.TimeoutExpired:
-                _stop_process(proc, signal.SIGTERM, 2.0)
-        return _result(proc.returncode, workdir)
+        proc = spawn_sipp(cmd, workdir)
+        try:
+            proc.wait(timeout=timeout + 10)
+        except subprocess.TimeoutExpired:
+            stop_process(proc, signal.SIGTERM, 2.0)
+        return sipp_result(proc.returncode, workdir)
 
 
 async def run_sipp_async(
@@ -309,8 +315,8 @@ class SippProcess:
     def stop(self, grace: float = 3.0) -> SippResult:
         """SIGUSR1 (finish calls in progress, then exit), escalating; clean up; the result."""
         if self._result is None:
-            _stop_process(self.proc, signal.SIGUSR1, grace)
-            self._result = _result(self.proc.returncode, self.workdir)
+            stop_process(self.proc, signal.SIGUSR1, grace)
+            self._result = sipp_result(self.proc.returncode, self.workdir)
             shutil.rmtree(self.workdir, ignore_errors=True)
         return self._result
 
@@ -353,15 +359,7 @@ def start_sipp_uas(
         variables=variables,
         extra=extra,
     )
-    with open(workdir / "stderr.log", "wb") as err:
-        proc = subprocess.Popen(
-            cmd,
-            cwd=workdir,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-            start_new_session=True,
-        )
+    proc = spawn_sipp(cmd, workdir)
     uas = SippProcess(proc, workdir, port, media_port)
     try:
         _wait_until(
@@ -442,7 +440,7 @@ class TsharkCapture:
     def stop(self) -> Path:
         """Stop capturing; returns the capture file."""
         if self._proc is not None:
-            _stop_process(self._proc, signal.SIGINT, 5.0)
+            stop_process(self._proc, signal.SIGINT, 5.0)
             self._proc = None
             self.stderr = _tail(self._tmpdir / "stderr.log")
         return self.path
@@ -530,7 +528,7 @@ class BaresipProcess:
 
     def stop(self) -> None:
         """SIGTERM (baresip hangs up its calls on the way out), escalating; keeps the log."""
-        _stop_process(self.proc, signal.SIGTERM, 3.0)
+        stop_process(self.proc, signal.SIGTERM, 3.0)
         self._log = _tail(self.home / "baresip.log", 20000)
 
     def cleanup(self) -> None:

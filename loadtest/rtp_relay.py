@@ -30,15 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from kefu.sip.message import Response, parse_message
-from loadtest.peers import _stop_process
-from loadtest.sip_load import (
-    LOCALHOST,
-    CpuSample,
-    cpu_percent,
-    load_average,
-    sample_cpu,
-    start_kefu,
-)
+from loadtest.kefu_process import CpuSample, cpu_percent, load_average, sample_cpu
+from loadtest.peers import LOCALHOST, stop_process
+from loadtest.sip_load import start_kefu
 
 PTIME = 0.020
 PAYLOAD = bytes([0xFF]) * 160  # 20 ms of PCMU silence: the relays never look inside
@@ -211,7 +205,7 @@ class RtpengineProcess:
             self.command({"command": "delete", "call-id": call_id, "from-tag": "a-" + call_id})
 
     def stop(self) -> None:
-        _stop_process(self.proc, signal.SIGTERM, 5.0)
+        stop_process(self.proc, signal.SIGTERM, 5.0)
         self.sock.close()
         shutil.rmtree(self.workdir, ignore_errors=True)
 

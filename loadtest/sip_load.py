@@ -12,81 +12,36 @@ the tools inside ``unshare -n sh -c 'ip link set lo up && ...'``.
 
 from __future__ import annotations
 
-import json
+import contextlib
 import math
-import os
 import re
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from loadtest import kefu_process
+from loadtest.kefu_process import KefuProcess, cpu_percent, load_average, rss_kib, sample_cpu
 from loadtest.pcap import make_rtp_pcap, speech_like_pcm
-from loadtest.peers import SippResult, TsharkCapture, _result, _stop_process, sipp_command
+from loadtest.peers import (
+    SippProcess,
+    SippResult,
+    TsharkCapture,
+    sipp_command,
+    spawn_sipp,
+    stop_process,
+)
 from loadtest.rtpcap import rtp_streams, udp_datagrams
 
 LOCALHOST = "127.0.0.1"
 KEFU_RTP_LO = 30000
 KEFU_RTP_HI = 39999
 SIPP_MEDIA_PORT = 6000
-_CLK_TCK = os.sysconf("SC_CLK_TCK")
 _STATS_FIELD = re.compile(r"(\w+)=([-\w.e+]+|None)")
-
-
-# --- /proc readings ------------------------------------------------------------------------
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process, all its threads together (proc(5) stat)."""
-    text = Path(f"/proc/{pid}/stat").read_text()
-    # The command name may contain spaces and parentheses: split after the last ')'.
-    fields = text[text.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / _CLK_TCK
-
-
-def rss_kib(pid: int) -> int:
-    """Resident set size in KiB (VmRSS of /proc/PID/status)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
-
-
-@dataclass(frozen=True, slots=True)
-class CpuSample:
-    """CPU seconds of some processes at one wall-clock instant."""
-
-    wall: float
-    """time.monotonic() when read."""
-    cpu: dict[str, float]
-    """Process label -> cumulative CPU seconds."""
-
-
-def sample_cpu(pids: dict[str, int]) -> CpuSample:
-    cpu = {}
-    for label, pid in pids.items():
-        try:
-            cpu[label] = cpu_seconds(pid)
-        except (FileNotFoundError, ProcessLookupError):
-            cpu[label] = float("nan")
-    return CpuSample(time.monotonic(), cpu)
-
-
-def cpu_percent(a: CpuSample, b: CpuSample, label: str) -> float:
-    """CPU used between two samples, as % of one core."""
-    span = b.wall - a.wall
-    return 100.0 * (b.cpu[label] - a.cpu[label]) / span if span > 0 else float("nan")
-
-
-def load_average() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -105,45 +60,6 @@ def sleep_until(deadline: float) -> None:
         time.sleep(delay)
 
 
-# --- kefu as a child process ---------------------------------------------------------------
-
-
-@dataclass
-class KefuServer:
-    """A ``kefu serve`` child process and its JSON log."""
-
-    proc: subprocess.Popen[bytes]
-    log_path: Path
-    sip_port: int
-    http_port: int
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def events(self, name: str | None = None) -> list[dict[str, Any]]:
-        out = []
-        for line in self.log_path.read_text(errors="replace").splitlines():
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                continue
-            if name is None or entry.get("event") == name:
-                out.append(entry)
-        return out
-
-    def metrics(self) -> str:
-        url = f"http://{LOCALHOST}:{self.http_port}/metrics"
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            text: str = resp.read().decode()
-            return text
-
-    def stop(self) -> int | None:
-        """SIGTERM (kefu drains), escalating to SIGKILL; the exit status."""
-        _stop_process(self.proc, signal.SIGTERM, 10.0)
-        return self.proc.returncode
-
-
 def start_kefu(
     workdir: Path,
     *,
@@ -152,41 +68,21 @@ def start_kefu(
     uvloop: bool = True,
     max_calls: int = 2000,
     extra: Sequence[str] = (),
-) -> KefuServer:
-    """Start ``kefu serve`` in echo mode and return once it logged ``kefu_started``."""
-    log_path = workdir / "kefu.log"
-    cmd = [
-        sys.executable,
-        "-m",
-        "kefu.mediaserver.cli",
-        "serve",
-        "--sip-listen",
-        f"{LOCALHOST}:{sip_port}",
-        "--http-listen",
-        f"{LOCALHOST}:{http_port}",
-        "--rtp-ports",
-        f"{KEFU_RTP_LO}-{KEFU_RTP_HI}",
+) -> KefuProcess:
+    """``kefu serve`` in echo mode on fixed ports, logging to ``workdir/kefu.log``."""
+    return kefu_process.start_kefu(
+        workdir,
         "--max-calls",
         str(max_calls),
         "--media-mode",  # explicit: the default became "ai" (models load, calls get 503)
         "echo",
         *([] if uvloop else ["--no-uvloop"]),
         *extra,
-    ]
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
-        )
-    server = KefuServer(proc, log_path, sip_port, http_port)
-    deadline = time.monotonic() + 20
-    while not server.events("kefu_started"):
-        if proc.poll() is not None:
-            raise RuntimeError(f"kefu exited early: {log_path.read_text()[-3000:]}")
-        if time.monotonic() > deadline:
-            server.stop()
-            raise RuntimeError(f"kefu did not start: {log_path.read_text()[-3000:]}")
-        time.sleep(0.05)  # startup has no event we can await from outside the process
-    return server
+        sip_listen=f"{LOCALHOST}:{sip_port}",
+        http_listen=f"{LOCALHOST}:{http_port}",
+        rtp_ports=f"{KEFU_RTP_LO}-{KEFU_RTP_HI}",
+        log_path=workdir / "kefu.log",
+    )
 
 
 def parse_rtp_stats(text: str) -> dict[str, float]:
@@ -229,37 +125,58 @@ def histogram_quantile(buckets: list[tuple[float, float]], q: float) -> float:
     return prev_bound
 
 
-# --- SIPp in the background ----------------------------------------------------------------
+# --- the processes of one run ---------------------------------------------------------------
 
 
-class SippRun:
-    """A SIPp client started in the background, so its CPU can be sampled while it runs."""
+def _start_child_kefu(
+    children: contextlib.ExitStack, work: Path, sip_port: int, http_port: int, uvloop: bool
+) -> KefuProcess:
+    kefu = start_kefu(work, sip_port=sip_port, http_port=http_port, uvloop=uvloop)
+    children.callback(kefu.stop)
+    return kefu
 
-    def __init__(self, cmd: list[str], workdir: Path) -> None:
-        self.workdir = workdir
-        with open(workdir / "stderr.log", "wb") as err:
-            self.proc = subprocess.Popen(
-                cmd,
-                cwd=workdir,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=err,
-                start_new_session=True,
-            )
 
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
+def _start_child_tshark(
+    children: contextlib.ExitStack, capture_filter: str, path: Path
+) -> TsharkCapture:
+    tshark = TsharkCapture(capture_filter=capture_filter, path=path).start()
+    children.callback(tshark.cleanup)
+    return tshark
 
-    def wait(self, timeout: float) -> SippResult:
-        try:
-            self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            _stop_process(self.proc, signal.SIGUSR1, 3.0)
-        return _result(self.proc.returncode, self.workdir)
 
-    def kill(self) -> None:
-        _stop_process(self.proc, signal.SIGTERM, 2.0)
+def _start_child_uac_echo(
+    children: contextlib.ExitStack,
+    work: Path,
+    sip_port: int,
+    pcap: Path,
+    audio_ms: int,
+    **options: Any,
+) -> SippProcess:
+    """SIPp's uac_echo replaying ``pcap`` to kefu in the background (so its CPU can be
+    sampled while it runs), logging into ``work/sipp``."""
+    sipp_dir = work / "sipp"
+    sipp_dir.mkdir()
+    cmd = sipp_command(
+        "uac_echo",
+        f"{LOCALHOST}:{sip_port}",
+        sipp_dir,
+        media_port=SIPP_MEDIA_PORT,
+        keys={"pcap": pcap},
+        variables={"audio_ms": audio_ms},
+        **options,
+    )
+    # port 0: a client, SIPp picks its own SIP port
+    sipp = SippProcess(spawn_sipp(cmd, sipp_dir), sipp_dir, port=0, media_port=SIPP_MEDIA_PORT)
+    children.callback(sipp.stop)  # after wait() a no-op that returns the kept result
+    return sipp
+
+
+def _invite_histogram(kefu: KefuProcess) -> list[tuple[float, float]]:
+    """kefu's INVITE -> 200 OK histogram; empty when /metrics does not answer."""
+    try:
+        return parse_histogram(kefu.metrics(), "kefu_invite_answer_seconds")
+    except OSError:
+        return []
 
 
 def _sipp_summary(result: SippResult, expected: int) -> dict[str, Any]:
@@ -302,10 +219,8 @@ def sip_echo(
         pcap = work / "speech.pcap"
         seconds = make_rtp_pcap(pcap, speech_like_pcm(hold))
         audio_ms = int(round(seconds * 1000))
-        kefu = start_kefu(work, sip_port=sip_port, http_port=http_port, uvloop=uvloop)
-        tshark: TsharkCapture | None = None
-        sipp: SippRun | None = None
-        try:
+        with contextlib.ExitStack() as children:
+            kefu = _start_child_kefu(children, work, sip_port, http_port, uvloop)
             time.sleep(1.0)  # let import-time allocation settle before the idle reading
             idle_a = sample_cpu({"kefu": kefu.pid})
             time.sleep(2.0)
@@ -315,27 +230,22 @@ def sip_echo(
             # first `sample` calls echo from these source ports: a BPF filter this narrow
             # keeps tshark's cost out of the measurement.
             hi = KEFU_RTP_LO + 2 * sample - 1
-            tshark = TsharkCapture(
-                capture_filter=f"udp and src portrange {KEFU_RTP_LO}-{hi}",
-                path=work / "echo.pcap",
-            ).start()
-            sipp_dir = work / "sipp"
-            sipp_dir.mkdir()
-            cmd = sipp_command(
-                "uac_echo",
-                f"{LOCALHOST}:{sip_port}",
-                sipp_dir,
+            tshark = _start_child_tshark(
+                children, f"udp and src portrange {KEFU_RTP_LO}-{hi}", work / "echo.pcap"
+            )
+            t0 = time.monotonic()
+            sipp = _start_child_uac_echo(
+                children,
+                work,
+                sip_port,
+                pcap,
+                audio_ms,
                 transport=transport,
                 calls=calls,
                 rate=rate,
                 max_concurrent=calls,
-                media_port=SIPP_MEDIA_PORT,
-                keys={"pcap": pcap},
-                variables={"audio_ms": audio_ms},
                 timeout=ramp + hold + 30,
             )
-            t0 = time.monotonic()
-            sipp = SippRun(cmd, sipp_dir)
             pids = {"kefu": kefu.pid, "sipp": sipp.pid}
             # Steady state: every call is up (ramp + margin) and none has hung up yet
             # (the first call sends BYE audio_ms + 1 s after it was answered).
@@ -346,28 +256,18 @@ def sip_echo(
             spy = _start_py_spy(kefu.pid, profile, win_b - win_a) if profile else None
             sleep_until((win_a + win_b) / 2)
             try:
-                active = kefu_gauge(kefu, "kefu_active_calls")
+                active = kefu.metric("kefu_active_calls", default=float("nan"))
             except OSError:
                 active = float("nan")
             rss_steady = rss_kib(kefu.pid)
             sleep_until(win_b)
             steady_b = sample_cpu(pids)
             if spy is not None:
-                _stop_process(spy, signal.SIGINT, 10.0)
+                stop_process(spy, signal.SIGINT, 10.0)
             result = sipp.wait(timeout=ramp + hold + 45)
-            sipp = None
             time.sleep(0.5)  # kefu logs rtp_closed right after answering the last BYE
             tshark.stop()
-            try:
-                invite_hist = parse_histogram(kefu.metrics(), "kefu_invite_answer_seconds")
-            except OSError:
-                invite_hist = []
-        finally:
-            if sipp is not None:
-                sipp.kill()
-            if tshark is not None:
-                tshark.cleanup()
-            kefu.stop()
+            invite_hist = _invite_histogram(kefu)
         inbound = _inbound_from_logs(kefu)
         if keep is not None:  # the raw evidence, for a closer look at a surprising run
             keep.mkdir(parents=True, exist_ok=True)
@@ -409,14 +309,7 @@ def sip_echo(
     return summary
 
 
-def kefu_gauge(kefu: KefuServer, name: str) -> float:
-    for line in kefu.metrics().splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[-1])
-    return float("nan")
-
-
-def _inbound_from_logs(kefu: KefuServer) -> dict[str, Any]:
+def _inbound_from_logs(kefu: KefuProcess) -> dict[str, Any]:
     received = lost = sent = 0.0
     jitters = []
     closed = kefu.events("rtp_closed")
@@ -441,7 +334,7 @@ def _inbound_from_logs(kefu: KefuServer) -> dict[str, Any]:
     }
 
 
-def _echo_from_capture(path: Path, kefu: KefuServer, sample: int, per_call: int) -> dict[str, Any]:
+def _echo_from_capture(path: Path, kefu: KefuProcess, sample: int, per_call: int) -> dict[str, Any]:
     """Loss and A.8 jitter of kefu's echo for the sampled calls, from the capture.
 
     Sequence gaps only show loss inside a stream; packets missing at its head or tail
@@ -625,43 +518,18 @@ def sip_setup(
         # uac_echo with a one-packet pcap and audio_ms=0 is INVITE/200/ACK, 1 s pause, BYE.
         pcap = work / "blip.pcap"
         make_rtp_pcap(pcap, speech_like_pcm(0.02))
-        kefu = start_kefu(work, sip_port=sip_port, http_port=http_port, uvloop=uvloop)
-        tshark: TsharkCapture | None = None
-        sipp: SippRun | None = None
-        try:
-            tshark = TsharkCapture(
-                capture_filter=f"udp and port {sip_port}", path=work / "sip.pcap"
-            ).start()
-            sipp_dir = work / "sipp"
-            sipp_dir.mkdir()
-            cmd = sipp_command(
-                "uac_echo",
-                f"{LOCALHOST}:{sip_port}",
-                sipp_dir,
-                calls=calls,
-                rate=cps,
-                media_port=SIPP_MEDIA_PORT,
-                keys={"pcap": pcap},
-                variables={"audio_ms": 0},
-                timeout=calls / cps + 30,
-            )
+        with contextlib.ExitStack() as children:
+            kefu = _start_child_kefu(children, work, sip_port, http_port, uvloop)
+            tshark = _start_child_tshark(children, f"udp and port {sip_port}", work / "sip.pcap")
             a = sample_cpu({"kefu": kefu.pid})
-            sipp = SippRun(cmd, sipp_dir)
+            sipp = _start_child_uac_echo(
+                children, work, sip_port, pcap, 0, calls=calls, rate=cps, timeout=calls / cps + 30
+            )
             result = sipp.wait(timeout=calls / cps + 45)
             b = sample_cpu({"kefu": kefu.pid})
-            sipp = None
             time.sleep(0.3)
             tshark.stop()
-            try:
-                hist = parse_histogram(kefu.metrics(), "kefu_invite_answer_seconds")
-            except OSError:
-                hist = []
-        finally:
-            if sipp is not None:
-                sipp.kill()
-            if tshark is not None:
-                tshark.cleanup()
-            kefu.stop()
+            hist = _invite_histogram(kefu)
         lat_ms = [1000 * x for x in setup_latencies(work / "sip.pcap", sip_port)]
     return {
         "benchmark": "sip-setup",

@@ -202,10 +202,23 @@ def build_script(
 
 
 def chunk_scripts(
-    questions: Sequence[Question], per_call: int, *, gap_s: float = GAP_S
+    questions: Sequence[Question],
+    per_call: int,
+    *,
+    gap_s: float = GAP_S,
+    stagger_s: float = 0.0,
+    concurrency: int = 1,
 ) -> list[Script]:
+    """``per_call`` questions per call. ``stagger_s`` spreads the calls that run together
+    over that many seconds (call i starts (i mod concurrency) * stagger_s / concurrency
+    later), so their questions do not all end in the same instant."""
+    n = max(1, concurrency)
     return [
-        build_script(questions[i : i + per_call], gap_s=gap_s)
+        build_script(
+            questions[i : i + per_call],
+            gap_s=gap_s,
+            lead_s=LEAD_S + (i // per_call % n) * stagger_s / n,
+        )
         for i in range(0, len(questions), per_call)
     ]
 
@@ -408,6 +421,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--per-call", type=int, default=3, help="questions asked in one call")
     parser.add_argument("--repeat", type=int, default=1, help="ask the whole set N times")
     parser.add_argument("--gap", type=float, default=GAP_S, help="silence after a question (s)")
+    parser.add_argument(
+        "--stagger", type=float, default=0.0, help="spread concurrent calls over S seconds"
+    )
     parser.add_argument("--interaction-log", help="kefu's JSONL interaction log, for stages")
     parser.add_argument("--config", help="kefu config (WebRTC: the JWT secret)")
     parser.add_argument("--no-asr", action="store_true", help="do not transcribe the replies")
@@ -426,7 +442,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from loadtest.voice_report import stage_breakdown, summarize, turns_of
 
     questions = load_questions(args.questions) * max(1, args.repeat)
-    scripts = chunk_scripts(questions, max(1, args.per_call), gap_s=args.gap)
+    scripts = chunk_scripts(
+        questions,
+        max(1, args.per_call),
+        gap_s=args.gap,
+        stagger_s=args.stagger,
+        concurrency=args.concurrency,
+    )
     out_dir = Path(args.json_out).resolve().parent if args.json_out else None
     started = time.time()
     target: str = args.target

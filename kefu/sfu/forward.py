@@ -38,6 +38,7 @@ import av
 import numpy as np
 from aiortc import MediaStreamTrack, RTCRtpReceiver, RTCRtpTransceiver
 from aiortc.mediastreams import MediaStreamError
+from numpy.typing import NDArray
 
 from kefu.codecs.opus import OpusDecoder
 from kefu.errors import CodecError
@@ -310,14 +311,7 @@ class EncodedTrack(MediaStreamTrack):
             except CodecError:
                 self.stats.decode_errors += 1
                 continue
-            frame = av.AudioFrame.from_ndarray(
-                np.ascontiguousarray(pcm, dtype=np.int16).reshape(1, -1),
-                format="s16",
-                layout="mono",
-            )
-            frame.sample_rate = OPUS_RATE
-            frame.pts = pts
-            frame.time_base = OPUS_TIME_BASE
+            frame = mono_frame(pcm, pts)
             self.stats.transcoded += 1
             self._counters.packets_transcoded += 1
             return frame
@@ -326,6 +320,19 @@ class EncodedTrack(MediaStreamTrack):
         if self.readyState == "live" and self._on_stop is not None:
             self._on_stop()
         super().stop()
+
+
+def mono_frame(pcm: NDArray[np.int16], pts: int, sample_rate: int = OPUS_RATE) -> av.AudioFrame:
+    """Mono s16 samples as an ``av.AudioFrame`` stamped ``pts`` (in 1/``sample_rate`` s)."""
+    frame = av.AudioFrame.from_ndarray(
+        np.ascontiguousarray(pcm, dtype=np.int16).reshape(1, -1), format="s16", layout="mono"
+    )
+    frame.sample_rate = sample_rate
+    frame.pts = pts
+    frame.time_base = (
+        OPUS_TIME_BASE if sample_rate == OPUS_RATE else fractions.Fraction(1, sample_rate)
+    )
+    return frame
 
 
 def monotonic() -> float:

@@ -17,7 +17,6 @@ subscriber of that source gets them forwarded without further encoding.
 from __future__ import annotations
 
 import asyncio
-import fractions
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -30,11 +29,10 @@ from numpy.typing import NDArray
 
 from kefu.codecs.opus import OpusDecoder, OpusEncoder
 from kefu.errors import CodecError
-from kefu.sfu.forward import DropOldest, OpusPacket, PacketSource, QueueClosed
+from kefu.sfu.forward import DropOldest, OpusPacket, PacketSource, QueueClosed, mono_frame
 
 RATE = 48000
 FRAME = 960  # 20 ms at 48 kHz
-TIME_BASE = fractions.Fraction(1, RATE)
 START_FRAMES = 2
 
 
@@ -61,6 +59,32 @@ class _Input:
         self.ended = False
 
 
+class RealTimePacer:
+    """The pts of consecutive ``frame``-sample frames, each released at real-time pace.
+
+    The first frame goes at once, frame n at n * frame / rate seconds after it: due times
+    come from the start, so a late wake-up does not push every later frame back (aiortc's
+    ``AudioStreamTrack`` paces the same way).
+    """
+
+    def __init__(self, frame: int = FRAME, rate: int = RATE) -> None:
+        self.frame = frame
+        self.rate = rate
+        self.pts = 0
+        self._start: float | None = None
+
+    async def next_pts(self) -> int:
+        now = time.monotonic()
+        if self._start is None:
+            self._start = now
+        else:
+            self.pts += self.frame
+            delay = self._start + self.pts / self.rate - now
+            if delay > 0:
+                await asyncio.sleep(delay)
+        return self.pts
+
+
 class AudioMixer(MediaStreamTrack):
     """Sum of every added source, 20 ms mono frames at 48 kHz (see module doc)."""
 
@@ -71,8 +95,7 @@ class AudioMixer(MediaStreamTrack):
         self.stats = MixerStats()
         self._inputs: dict[str, tuple[PacketSource, _Input]] = {}
         self._max_buffer = RATE * max_buffer_ms // 1000
-        self._start: float | None = None
-        self._pts = 0
+        self._pacer = RealTimePacer()
         self._gain = 1.0
 
     def add_source(self, key: str, source: PacketSource) -> None:
@@ -96,26 +119,15 @@ class AudioMixer(MediaStreamTrack):
     async def recv(self) -> av.AudioFrame:
         if self.readyState != "live":
             raise MediaStreamError
-        now = time.monotonic()
-        if self._start is None:
-            self._start = now
-        else:
-            self._pts += FRAME
-            delay = self._start + self._pts / RATE - now
-            if delay > 0:
-                await asyncio.sleep(delay)
+        pts = await self._pacer.next_pts()
         batches = [(entry[1], self._drain(entry[1])) for entry in self._inputs.values()]
         loop = asyncio.get_running_loop()
         # decoding and summing are CPU work: keep them off the event loop
         pcm = await loop.run_in_executor(None, self._mix, batches)
         if self.readyState != "live":
             raise MediaStreamError
-        frame = av.AudioFrame.from_ndarray(pcm.reshape(1, -1), format="s16", layout="mono")
-        frame.sample_rate = RATE
-        frame.pts = self._pts
-        frame.time_base = TIME_BASE
         self.stats.frames += 1
-        return frame
+        return mono_frame(pcm, pts, RATE)
 
     @staticmethod
     def _drain(inp: _Input) -> list[OpusPacket]:

@@ -69,13 +69,29 @@ def check_sdp(sdp: object, kind: str) -> str:
 
 
 class _Member:
-    """What a room needs from any participant."""
+    """What a room needs from any participant, and what every kind does alike."""
 
-    id: str
-    room_id: str
-    role: str
-    display: str
-    on_event: Callable[[dict[str, Any]], None] | None
+    def __init__(self, room: Room, participant_id: str, *, role: str, display: str) -> None:
+        self.id = participant_id
+        self.room_id = room.id
+        self.role = role
+        self.display = display
+        self.on_event: Callable[[dict[str, Any]], None] | None = None
+        self.source: PacketSource | None = None
+        self._room = room
+        self._closed = False
+
+    def publish_event(self, event: dict[str, Any]) -> None:
+        self._room.broadcast(event, sender=self.id)
+
+    def _forget(self) -> bool:
+        """Take this participant out of its room, once (``leave()`` is idempotent); whether
+        this call did it, so the caller frees what the participant holds exactly once."""
+        if self._closed:
+            return False
+        self._closed = True
+        self._room.remove(self)
+        return True
 
     def _subscribe(self, owner_id: str, source: PacketSource) -> None:
         raise NotImplementedError
@@ -103,22 +119,15 @@ class Participant(_Member):
         settings: PeerSettings,
         now: float,
     ) -> None:
-        self.id = participant_id
-        self.room_id = room.id
-        self.role = role
-        self.display = display
+        super().__init__(room, participant_id, role=role, display=display)
         self.on_ice_candidate: Callable[[dict[str, Any] | None], None] | None = None
         self.on_renegotiation_needed: Callable[[], None] | None = None
-        self.on_event: Callable[[dict[str, Any]], None] | None = None
         self.on_state: Callable[[str], None] | None = None
         self.state = "new"
-        self.source: PacketSource | None = None
         self.subscriptions: dict[str, tuple[RTCRtpSender, EncodedTrack]] = {}
         self.events_dropped = 0
-        self._room = room
         self._settings = settings
         self._state_since = now
-        self._closed = False
         self._renegotiate_pending = False
         self._renegotiation_scheduled = False
         self._channel: RTCDataChannel | None = None
@@ -208,14 +217,9 @@ class Participant(_Member):
         except Exception as exc:
             raise BadCandidate(f"candidate rejected: {exc}") from exc
 
-    def publish_event(self, event: dict[str, Any]) -> None:
-        self._room.broadcast(event, sender=self.id)
-
     async def leave(self) -> None:
-        if self._closed:
+        if not self._forget():
             return
-        self._closed = True
-        self._room.remove(self)
         if self.source is not None:
             self.source.close()
         for _, track in self.subscriptions.values():
@@ -396,30 +400,18 @@ class LocalParticipant(_Member):
     :attr:`mixed_audio` (everyone else mixed). No peer connection, no sockets."""
 
     def __init__(self, room: Room, participant_id: str, *, role: str, display: str) -> None:
-        self.id = participant_id
-        self.room_id = room.id
-        self.role = role
-        self.display = display
-        self.on_event: Callable[[dict[str, Any]], None] | None = None
+        super().__init__(room, participant_id, role=role, display=display)
         self.mixed_audio = AudioMixer()
-        self.source: PacketSource | None = None
         self._publisher: LocalPublisher | None = None
-        self._room = room
-        self._closed = False
 
     def _start(self, track: Any) -> None:
         self.source = PacketSource(self.id, clock=self._room.clock, counters=self._room.counters)
         self._publisher = LocalPublisher(track, self.source)
         self._room.add_source(self.id, self.source)
 
-    def publish_event(self, event: dict[str, Any]) -> None:
-        self._room.broadcast(event, sender=self.id)
-
     async def leave(self) -> None:
-        if self._closed:
+        if not self._forget():
             return
-        self._closed = True
-        self._room.remove(self)
         if self._publisher is not None:
             await self._publisher.stop()
         self.mixed_audio.stop()

@@ -171,27 +171,19 @@ def test_two_sip_callers_in_one_room_hear_each_other(kefu_factory, tmp_path: Pat
 
     import asyncio
 
-    async def both():
-        return await asyncio.gather(
-            run_sipp_async(
-                "uac_echo",
-                kefu.sip,
-                media_port=26050,
-                local_port=25060,
-                keys={"pcap": pcap_a},
-                variables={"audio_ms": 3000},
-                timeout=20,
-            ),
-            run_sipp_async(
-                "uac_echo",
-                kefu.sip,
-                media_port=26060,
-                local_port=25070,
-                keys={"pcap": pcap_b},
-                variables={"audio_ms": 3000},
-                timeout=20,
-            ),
+    def caller(media_port: int, local_port: int, pcap: Path):
+        return run_sipp_async(
+            "uac_echo",
+            kefu.sip,
+            media_port=media_port,
+            local_port=local_port,
+            keys={"pcap": pcap},
+            variables={"audio_ms": 3000},
+            timeout=20,
         )
+
+    async def both():
+        return await asyncio.gather(caller(26050, 25060, pcap_a), caller(26060, 25070, pcap_b))
 
     with TsharkCapture(ports=[26050, 26060]) as capture:
         results = asyncio.run(both())

@@ -15,14 +15,21 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from functools import partial
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 from numpy.typing import NDArray
 
 from kefu.errors import LocalError
+
+if TYPE_CHECKING:  # text.py imports this module, so only the type can come from there
+    from kefu.ai_bridge.speak.text import Segment
+
+StyleT = TypeVar("StyleT")
 
 EMOTIONS: tuple[str, ...] = ("neutral", "happy", "sad", "angry", "fearful", "surprised")
 """The six emotions every engine accepts; anything else is rejected with ``TtsError``."""
@@ -146,3 +153,68 @@ async def run_jobs(
     finally:
         for fut in pending:
             fut.cancel()
+
+
+class ClauseEngine(ABC, Generic[StyleT]):
+    """The plumbing both embedded engines share: one clause per job on one worker thread.
+
+    A subclass says how it loads, which executor runs its jobs, how it cuts text into
+    clauses, how a clause's prosody becomes its ``StyleT`` and how it renders a clause;
+    the ready guard, the clause jobs and the streaming (:func:`run_jobs`) live here.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.ready = False
+        self.error: str | None = None
+
+    @property
+    @abstractmethod
+    def sample_rate(self) -> int: ...
+
+    @property
+    @abstractmethod
+    def worker(self) -> concurrent.futures.Executor:
+        """The single-thread executor that loads the engine and renders its clauses."""
+
+    @abstractmethod
+    def load(self) -> None:
+        """Load the voice (blocking); sets ``ready``, or ``error`` on failure."""
+
+    @abstractmethod
+    def render(self, clause: str, style: StyleT, pause_ms: float = 0.0) -> TtsChunk:
+        """Synthesise one clause into a chunk (blocking)."""
+
+    @abstractmethod
+    def plan(self, text: str, emotion: str, rate: float) -> list[Segment]:
+        """``text`` (plain or SSML) as clauses and pauses, in speaking order."""
+
+    @abstractmethod
+    def style(self, segment: Segment) -> StyleT:
+        """The engine's parameters for the prosody of ``segment``."""
+
+    async def start(self) -> None:
+        """Load without blocking the event loop."""
+        await asyncio.get_running_loop().run_in_executor(self.worker, self.load)
+
+    def jobs(
+        self, text: str, *, emotion: str = "neutral", rate: float = 1.0
+    ) -> list[Callable[[], TtsChunk]]:
+        """The clause jobs for ``text`` (plain or SSML), in speaking order."""
+        check_request(emotion, rate)
+        jobs: list[Callable[[], TtsChunk]] = []
+        for seg in self.plan(text, emotion, rate):
+            if seg.text:
+                jobs.append(partial(self.render, seg.text, self.style(seg), seg.pause_ms))
+            else:
+                jobs.append(partial(silence_chunk, seg.pause_ms, self.sample_rate))
+        return jobs
+
+    async def synthesize(
+        self, text: str, *, emotion: str = "neutral", rate: float = 1.0
+    ) -> AsyncIterator[TtsChunk]:
+        if not self.ready:
+            raise TtsError(f"{self.name} is not ready: {self.error or 'not loaded'}")
+        jobs = self.jobs(text, emotion=emotion, rate=rate)
+        async for chunk in run_jobs(self.worker, jobs):
+            yield chunk

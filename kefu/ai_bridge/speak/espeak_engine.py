@@ -17,24 +17,15 @@ from __future__ import annotations
 import concurrent.futures
 import ctypes
 import threading
-from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any, ClassVar
 
 import numpy as np
 import structlog
 
-from kefu.ai_bridge.speak.base import (
-    PhonemeMark,
-    TtsChunk,
-    TtsError,
-    check_request,
-    run_jobs,
-    silence_chunk,
-)
+from kefu.ai_bridge.speak.base import ClauseEngine, PhonemeMark, TtsChunk, TtsError
 from kefu.ai_bridge.speak.emotion import EspeakStyle, espeak_style
-from kefu.ai_bridge.speak.text import plan_clauses
+from kefu.ai_bridge.speak.text import Segment, plan_clauses
 
 log = structlog.get_logger(__name__)
 
@@ -203,7 +194,7 @@ class EspeakLibrary:
         self.executor.shutdown(wait=False, cancel_futures=True)
 
 
-class EspeakEngine:
+class EspeakEngine(ClauseEngine[EspeakStyle]):
     """A :class:`~kefu.ai_bridge.speak.base.TtsEngine` over one espeak-ng voice."""
 
     def __init__(
@@ -213,17 +204,19 @@ class EspeakEngine:
         library: EspeakLibrary | None = None,
         languages: tuple[str, ...] | None = None,
     ) -> None:
+        super().__init__(f"espeak-ng:{voice}")
         self.voice = voice
         self._owns_library = library is None
         self.library = library or EspeakLibrary()
         self.languages = languages or (("zh",) if voice in ("cmn", "yue", "zh") else ("en",))
-        self.name = f"espeak-ng:{voice}"
-        self.ready = False
-        self.error: str | None = None
 
     @property
     def sample_rate(self) -> int:
         return self.library.sample_rate
+
+    @property
+    def worker(self) -> concurrent.futures.Executor:
+        return self.library.executor
 
     def load(self) -> None:
         """Load the library and check the voice speaks (blocking; run it in an executor)."""
@@ -236,14 +229,7 @@ class EspeakEngine:
             self.ready, self.error = False, f"{self.name}: {exc}"
             log.error("tts.load_failed", engine=self.name, error=str(exc))
 
-    async def start(self) -> None:
-        """Load without blocking the event loop."""
-        import asyncio
-
-        await asyncio.get_running_loop().run_in_executor(self.library.executor, self.load)
-
     def render(self, clause: str, style: EspeakStyle, pause_ms: float = 0.0) -> TtsChunk:
-        """Synthesise one clause into a chunk (blocking)."""
         out = self.library.synth(self.voice, clause, style)
         sr = self.library.sample_rate
         pcm = np.concatenate(out.pcm) if out.pcm else np.zeros(0, dtype=np.int16)
@@ -262,29 +248,12 @@ class EspeakEngine:
             pcm=pcm.astype(np.int16, copy=False), sample_rate=sr, text=clause, phonemes=tuple(marks)
         )
 
-    def jobs(
-        self, text: str, *, emotion: str = "neutral", rate: float = 1.0
-    ) -> list[Callable[[], TtsChunk]]:
-        """The clause jobs for ``text`` (plain or SSML), in speaking order."""
-        check_request(emotion, rate)
-        jobs: list[Callable[[], TtsChunk]] = []
-        sr = self.library.sample_rate
-        for seg in plan_clauses(text, emotion=emotion, rate=rate):
-            if not seg.text:
-                jobs.append(partial(silence_chunk, seg.pause_ms, sr))
-                continue
-            style = espeak_style(seg.emotion, rate=seg.rate, pitch=seg.pitch, volume=seg.volume)
-            jobs.append(partial(self.render, seg.text, style, seg.pause_ms))
-        return jobs
+    def plan(self, text: str, emotion: str, rate: float) -> list[Segment]:
+        return plan_clauses(text, emotion=emotion, rate=rate)
 
-    async def synthesize(
-        self, text: str, *, emotion: str = "neutral", rate: float = 1.0
-    ) -> AsyncIterator[TtsChunk]:
-        if not self.ready:
-            raise TtsError(f"{self.name} is not ready: {self.error or 'not loaded'}")
-        jobs = self.jobs(text, emotion=emotion, rate=rate)
-        async for chunk in run_jobs(self.library.executor, jobs):
-            yield chunk
+    def style(self, segment: Segment) -> EspeakStyle:
+        s = segment
+        return espeak_style(s.emotion, rate=s.rate, pitch=s.pitch, volume=s.volume)
 
     def close(self) -> None:
         """Stop the worker thread if this engine made its own library."""

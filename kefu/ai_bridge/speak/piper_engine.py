@@ -12,28 +12,18 @@ or clause punctuation because piper, unlike espeak, ends its audio right at the 
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import os
 import unicodedata
-from collections.abc import AsyncIterator, Callable
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import structlog
 
-from kefu.ai_bridge.speak.base import (
-    PhonemeMark,
-    TtsChunk,
-    TtsError,
-    check_request,
-    run_jobs,
-    silence_chunk,
-)
+from kefu.ai_bridge.speak.base import ClauseEngine, PhonemeMark, TtsChunk, TtsError
 from kefu.ai_bridge.speak.emotion import PiperStyle, piper_style
-from kefu.ai_bridge.speak.text import plan_clauses
+from kefu.ai_bridge.speak.text import Segment, plan_clauses
 
 log = structlog.get_logger(__name__)
 
@@ -104,7 +94,7 @@ def alignment_marks(
     return marks
 
 
-class PiperEngine:
+class PiperEngine(ClauseEngine[PiperStyle]):
     """A :class:`~kefu.ai_bridge.speak.base.TtsEngine` over one piper voice."""
 
     languages: tuple[str, ...] = ("en",)
@@ -116,15 +106,21 @@ class PiperEngine:
         *,
         first_clause_words: int = FIRST_CLAUSE_WORDS,
     ) -> None:
+        super().__init__("piper:" + (Path(model_path).stem if model_path else "en_US-joe-medium"))
         self.model_path = model_path
         self.config_path = config_path
         self.first_clause_words = first_clause_words
-        self.name = "piper:" + (Path(model_path).stem if model_path else "en_US-joe-medium")
-        self.sample_rate = 22050
-        self.ready = False
-        self.error: str | None = None
+        self._sample_rate = 22050
         self.executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="piper")
         self._voice: Any = None
+
+    @property
+    def sample_rate(self) -> int:
+        return self._sample_rate
+
+    @property
+    def worker(self) -> concurrent.futures.Executor:
+        return self.executor
 
     def load(self) -> None:
         """Load the voice (blocking, ~1.5 s; run it in :attr:`executor` via :meth:`start`)."""
@@ -140,7 +136,7 @@ class PiperEngine:
             if not Path(model).is_file():
                 raise FileNotFoundError(f"no piper model at {model}")
             voice = PiperVoice.load(model, config, include_alignments=True)
-            self.sample_rate = int(voice.config.sample_rate)
+            self._sample_rate = int(voice.config.sample_rate)
             self._voice = voice
             # Warm-up: the first inference pays onnxruntime's allocator set-up (~100 ms).
             self.render("Hello.", piper_style("neutral"))
@@ -151,12 +147,7 @@ class PiperEngine:
             self.ready, self.error = False, f"{self.name}: {type(exc).__name__}: {exc}"
             log.error("tts.load_failed", engine=self.name, error=self.error)
 
-    async def start(self) -> None:
-        """Load without blocking the event loop."""
-        await asyncio.get_running_loop().run_in_executor(self.executor, self.load)
-
     def render(self, clause: str, style: PiperStyle, pause_ms: float = 0.0) -> TtsChunk:
-        """Synthesise one clause into a chunk (blocking)."""
         from piper import SynthesisConfig
 
         voice = self._voice
@@ -205,31 +196,14 @@ class PiperEngine:
                     marks.append(PhonemeMark(SILENCE, end, total_ms - end))
         return TtsChunk(pcm=pcm, sample_rate=sr, text=clause, phonemes=tuple(marks))
 
-    def jobs(
-        self, text: str, *, emotion: str = "neutral", rate: float = 1.0
-    ) -> list[Callable[[], TtsChunk]]:
-        """The clause jobs for ``text`` (plain or SSML), in speaking order."""
-        check_request(emotion, rate)
-        jobs: list[Callable[[], TtsChunk]] = []
-        plan = plan_clauses(
+    def plan(self, text: str, emotion: str, rate: float) -> list[Segment]:
+        return plan_clauses(
             text, emotion=emotion, rate=rate, first_max_words=self.first_clause_words
         )
-        for seg in plan:
-            if not seg.text:
-                jobs.append(partial(silence_chunk, seg.pause_ms, self.sample_rate))
-                continue
-            style = piper_style(seg.emotion, rate=seg.rate, pitch=seg.pitch, volume=seg.volume)
-            jobs.append(partial(self.render, seg.text, style, seg.pause_ms))
-        return jobs
 
-    async def synthesize(
-        self, text: str, *, emotion: str = "neutral", rate: float = 1.0
-    ) -> AsyncIterator[TtsChunk]:
-        if not self.ready:
-            raise TtsError(f"{self.name} is not ready: {self.error or 'not loaded'}")
-        jobs = self.jobs(text, emotion=emotion, rate=rate)
-        async for chunk in run_jobs(self.executor, jobs):
-            yield chunk
+    def style(self, segment: Segment) -> PiperStyle:
+        s = segment
+        return piper_style(s.emotion, rate=s.rate, pitch=s.pitch, volume=s.volume)
 
     def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -13,10 +16,12 @@ from kefu.errors import LocalError, RemoteError
 
 __all__ = [
     "AsrEngine",
+    "AsrEngineBase",
     "AsrNotReady",
     "AsrRemoteError",
     "AsrResult",
     "PartialRecognizer",
+    "ThreadedAsrEngine",
 ]
 
 
@@ -40,6 +45,11 @@ class AsrResult:
     """0..1; for Whisper ``exp`` of the mean token log-probability."""
     decode_ms: float
     """Time the engine spent on this utterance (queueing excluded where measurable)."""
+
+    @classmethod
+    def since(cls, started: float, text: str, language: str, confidence: float) -> AsrResult:
+        """A result whose ``decode_ms`` runs from ``started`` (a perf_counter()) to now."""
+        return cls(text, language, confidence, (time.perf_counter() - started) * 1000)
 
 
 @runtime_checkable
@@ -71,3 +81,66 @@ class PartialRecognizer(Protocol):
     def reset(self) -> None:
         """Start a new utterance."""
         ...
+
+
+class AsrEngineBase:
+    """What every backend shares: the readiness flags and the guard in :meth:`transcribe`.
+
+    A backend that cannot load sets ``error`` and stays not ``ready``; kefu keeps running
+    and :meth:`transcribe` raises :class:`AsrNotReady` instead of touching the model.
+    """
+
+    name: str = "asr"
+    not_ready_message: str = "asr engine not loaded"
+    """The AsrNotReady message when the engine is not ready but recorded no ``error``."""
+
+    def __init__(self, languages: tuple[str, ...]) -> None:
+        self.ready = False
+        self.error: str | None = None
+        self.languages = languages
+
+    async def transcribe(
+        self,
+        pcm16k: NDArray[np.int16],
+        *,
+        language: str | None = None,
+        hotwords: Sequence[str] = (),
+    ) -> AsrResult:
+        """Transcribe one utterance (the :class:`AsrEngine` contract)."""
+        self.check_ready()
+        return await self._transcribe(pcm16k, language, tuple(hotwords))
+
+    def check_ready(self) -> None:
+        if not self.ready:
+            raise AsrNotReady(self.error or self.not_ready_message)
+
+    async def _transcribe(
+        self, pcm16k: NDArray[np.int16], language: str | None, hotwords: tuple[str, ...]
+    ) -> AsrResult:
+        raise NotImplementedError
+
+
+class ThreadedAsrEngine(AsrEngineBase):
+    """A local model decoded in one single-thread executor, so calls queue, not thrash."""
+
+    def __init__(self, languages: tuple[str, ...], thread_name_prefix: str) -> None:
+        super().__init__(languages)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=thread_name_prefix)
+
+    async def _transcribe(
+        self, pcm16k: NDArray[np.int16], language: str | None, hotwords: tuple[str, ...]
+    ) -> AsrResult:
+        # A private copy: the caller's buffer may be reused while the decode is queued.
+        audio = np.asarray(pcm16k, dtype=np.int16).reshape(-1).copy()
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._decode, audio, language, hotwords)
+
+    def _decode(
+        self, pcm16k: NDArray[np.int16], language: str | None, hotwords: Sequence[str]
+    ) -> AsrResult:
+        """Blocking decode of one utterance, on the executor's thread."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Stop the worker thread (pending decodes are cancelled)."""
+        self._executor.shutdown(wait=False, cancel_futures=True)

@@ -10,14 +10,13 @@ from __future__ import annotations
 import io
 import time
 import wave
-from collections.abc import Sequence
 from typing import Any
 
 import aiohttp
 import numpy as np
 from numpy.typing import NDArray
 
-from .base import AsrNotReady, AsrRemoteError, AsrResult
+from .base import AsrEngineBase, AsrRemoteError, AsrResult
 
 __all__ = ["OpenAiHttpAsr", "wav_bytes"]
 
@@ -33,10 +32,11 @@ def wav_bytes(pcm16k: NDArray[np.int16], rate: int = 16000) -> bytes:
     return buf.getvalue()
 
 
-class OpenAiHttpAsr:
+class OpenAiHttpAsr(AsrEngineBase):
     """Remote ASR; one aiohttp session per engine, created on first use."""
 
     name = "openai-http"
+    not_ready_message = "openai-http not configured"
 
     def __init__(
         self,
@@ -48,15 +48,15 @@ class OpenAiHttpAsr:
         languages: tuple[str, ...] = ("en", "zh"),
         default_language: str = "en",
     ) -> None:
+        super().__init__(languages)
         self.base_url = base_url.rstrip("/")
         self.model = model
-        self.languages = languages
         self.timeout_s = timeout_s
         self._api_key = api_key
         self._default_language = default_language
         self._session: aiohttp.ClientSession | None = None
         self.ready = bool(self.base_url)
-        self.error: str | None = None if self.ready else "openai-http: no base_url configured"
+        self.error = None if self.ready else "openai-http: no base_url configured"
 
     def _url(self) -> str:
         base = self.base_url
@@ -64,15 +64,9 @@ class OpenAiHttpAsr:
             "/audio/transcriptions" if base.endswith("/v1") else "/v1/audio/transcriptions"
         )
 
-    async def transcribe(
-        self,
-        pcm16k: NDArray[np.int16],
-        *,
-        language: str | None = None,
-        hotwords: Sequence[str] = (),
+    async def _transcribe(
+        self, pcm16k: NDArray[np.int16], language: str | None, hotwords: tuple[str, ...]
     ) -> AsrResult:
-        if not self.ready:
-            raise AsrNotReady(self.error or "openai-http not configured")
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession()
         lang = language or self._default_language
@@ -104,12 +98,9 @@ class OpenAiHttpAsr:
             raise AsrRemoteError("openai-http: response is not JSON") from exc
         if not isinstance(payload, dict) or not isinstance(payload.get("text"), str):
             raise AsrRemoteError("openai-http: response lacks a 'text' string")
-        return AsrResult(
-            text=payload["text"].strip(),
-            language=str(payload.get("language") or lang),
-            confidence=1.0,  # the json format carries no score
-            decode_ms=(time.perf_counter() - t0) * 1000,
-        )
+        said_in = str(payload.get("language") or lang)
+        # The json response format carries no score.
+        return AsrResult.since(t0, payload["text"].strip(), said_in, confidence=1.0)
 
     async def close(self) -> None:
         if self._session is not None:

@@ -8,11 +8,9 @@ name or ``kind="sense_voice"``) or a Paraformer directory (same file names).
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,17 +18,18 @@ import numpy as np
 import structlog
 from numpy.typing import NDArray
 
-from .base import AsrNotReady, AsrResult
+from .base import AsrNotReady, AsrResult, ThreadedAsrEngine
 
 __all__ = ["SherpaOnnxAsr"]
 
 log = structlog.get_logger(__name__)
 
 
-class SherpaOnnxAsr:
+class SherpaOnnxAsr(ThreadedAsrEngine):
     """Offline (whole-utterance) sherpa-onnx recognizer in a single-thread executor."""
 
     name = "sherpa-onnx"
+    not_ready_message = "sherpa-onnx not loaded"
 
     def __init__(
         self,
@@ -40,12 +39,9 @@ class SherpaOnnxAsr:
         language: str = "zh",
         num_threads: int = 2,
     ) -> None:
-        self.ready = False
-        self.error: str | None = None
-        self.languages: tuple[str, ...] = (language,)
+        super().__init__((language,), thread_name_prefix="sherpa")
         self._language = language
         self._recognizer: Any = None
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sherpa")
         try:
             self._recognizer = self._load(model_dir, kind, language, num_threads)
             self.ready = True
@@ -86,29 +82,13 @@ class SherpaOnnxAsr:
             paraformer=str(model), tokens=str(tokens), num_threads=num_threads
         )
 
-    async def transcribe(
-        self,
-        pcm16k: NDArray[np.int16],
-        *,
-        language: str | None = None,
-        hotwords: Sequence[str] = (),
+    def _decode(
+        self, pcm16k: NDArray[np.int16], language: str | None, hotwords: Sequence[str]
     ) -> AsrResult:
-        if not self.ready:
-            raise AsrNotReady(self.error or "sherpa-onnx not loaded")
-        loop = asyncio.get_running_loop()
-        audio = np.asarray(pcm16k, dtype=np.int16).reshape(-1).copy()
-        return await loop.run_in_executor(self._executor, self._decode, audio)
-
-    def _decode(self, pcm16k: NDArray[np.int16]) -> AsrResult:
         t0 = time.perf_counter()
         stream = self._recognizer.create_stream()
         stream.accept_waveform(16000, pcm16k.astype(np.float32) / 32768.0)
         self._recognizer.decode_stream(stream)
         text = str(stream.result.text).strip()
         # sherpa-onnx offline results carry no score; report neutral confidence.
-        return AsrResult(
-            text, self._language, 1.0 if text else 0.0, (time.perf_counter() - t0) * 1000
-        )
-
-    def close(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        return AsrResult.since(t0, text, self._language, 1.0 if text else 0.0)

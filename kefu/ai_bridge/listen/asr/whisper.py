@@ -14,12 +14,10 @@ suppression follow faster-whisper's own helpers so outputs match it on 30 s wind
 
 from __future__ import annotations
 
-import asyncio
 import math
 import os
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -27,7 +25,7 @@ import numpy as np
 import structlog
 from numpy.typing import NDArray
 
-from .base import AsrNotReady, AsrResult
+from .base import AsrResult, ThreadedAsrEngine
 
 __all__ = ["WhisperAsr", "WhisperOptions", "cut_repetition", "default_model_path"]
 
@@ -89,21 +87,19 @@ def cut_repetition(text: str, min_period: int = 3) -> str:
     return text
 
 
-class WhisperAsr:
+class WhisperAsr(ThreadedAsrEngine):
     """English ASR on CPU; one single-thread executor per engine so calls queue, not thrash."""
 
     name = "whisper-tiny.en"
+    not_ready_message = "whisper not loaded"
 
     def __init__(
         self,
         model_path: str | os.PathLike[str] | None = None,
         options: WhisperOptions | None = None,
     ) -> None:
+        super().__init__(("en",), thread_name_prefix="whisper")
         self.options = options or WhisperOptions()
-        self.ready = False
-        self.error: str | None = None
-        self.languages: tuple[str, ...] = ("en",)
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="whisper")
         self._model: Any = None
         self._tokenizer: Any = None
         self._suppress: list[int] = []
@@ -139,22 +135,6 @@ class WhisperAsr:
 
         return list(get_suppressed_tokens(tokenizer, [-1]) or [])
 
-    async def transcribe(
-        self,
-        pcm16k: NDArray[np.int16],
-        *,
-        language: str | None = None,
-        hotwords: Sequence[str] = (),
-    ) -> AsrResult:
-        """Transcribe one utterance in the engine's executor; cancellable while queued."""
-        if not self.ready:
-            raise AsrNotReady(self.error or "whisper not loaded")
-        loop = asyncio.get_running_loop()
-        audio = np.asarray(pcm16k, dtype=np.int16).reshape(-1).copy()
-        return await loop.run_in_executor(
-            self._executor, self.transcribe_sync, audio, language, tuple(hotwords)
-        )
-
     def transcribe_sync(
         self,
         pcm16k: NDArray[np.int16],
@@ -162,8 +142,12 @@ class WhisperAsr:
         hotwords: Sequence[str] = (),
     ) -> AsrResult:
         """Blocking transcription (benchmarks and executors only)."""
-        if not self.ready:
-            raise AsrNotReady(self.error or "whisper not loaded")
+        self.check_ready()
+        return self._decode(pcm16k, language, hotwords)
+
+    def _decode(
+        self, pcm16k: NDArray[np.int16], language: str | None, hotwords: Sequence[str]
+    ) -> AsrResult:
         t0 = time.perf_counter()
         lang = language if (language and self._multilingual) else "en"
         audio = pcm16k.astype(np.float32) / 32768.0
@@ -176,12 +160,8 @@ class WhisperAsr:
                 texts.append(text)
                 logprobs.append(logprob)
         mean_lp = sum(logprobs) / len(logprobs) if logprobs else -math.inf
-        return AsrResult(
-            text=" ".join(texts).strip(),
-            language=lang,
-            confidence=float(math.exp(mean_lp)) if logprobs else 0.0,
-            decode_ms=(time.perf_counter() - t0) * 1000,
-        )
+        confidence = float(math.exp(mean_lp)) if logprobs else 0.0
+        return AsrResult.since(t0, " ".join(texts).strip(), lang, confidence)
 
     def _window_frames(self, n_samples: int) -> int:
         opts = self.options
@@ -234,7 +214,3 @@ class WhisperAsr:
         if result.no_speech_prob > self.options.no_speech_threshold and logprob < -1.0:
             return "", logprob
         return cut_repetition(tokenizer.decode(tokens).strip()), logprob
-
-    def close(self) -> None:
-        """Stop the worker thread (pending decodes are cancelled)."""
-        self._executor.shutdown(wait=False, cancel_futures=True)
