@@ -227,13 +227,21 @@ def tap_receiver(
     ``source=None`` discards the stream (kefu does not forward video yet) without decoding it.
     """
 
+    # The payload-type map is only known once negotiation finished (and changes with
+    # renegotiation), so it is looked up late, but rebuilt only when aiortc replaces it:
+    # this runs for every packet of every publisher.
+    seen: list[Any] = [None]
+    opus: set[int] = set()
+
     async def handle_rtp_packet(packet: Any, arrival_time_ms: int) -> None:
         if source is None:
             return
-        # the payload-type map is only known once negotiation finished, so look it up late
-        codecs = {c.payloadType: c for c in getattr(transceiver, "_codecs", [])}
-        codec = codecs.get(packet.payload_type)
-        if codec is None or codec.mimeType.lower() != "audio/opus":
+        codecs = getattr(transceiver, "_codecs", None)
+        if codecs is not seen[0]:
+            seen[0] = codecs
+            opus.clear()
+            opus.update(c.payloadType for c in codecs or () if c.mimeType.lower() == "audio/opus")
+        if packet.payload_type not in opus:
             source.stats.rejected += 1
             return
         source.publish(packet.payload, packet.timestamp)
