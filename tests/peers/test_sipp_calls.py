@@ -18,7 +18,7 @@ from loadtest.rtpcap import echo_delay_and_similarity, find_stream, rtp_streams
 
 pytestmark = [pytest.mark.netns, pytest.mark.peer]
 
-TESTDATA = Path(__file__).resolve().parents[3] / "shared" / "testdata"
+TESTDATA = Path(__file__).resolve().parents[1] / "testdata"
 
 
 @pytest.fixture(scope="module")
@@ -191,10 +191,30 @@ def test_two_sip_callers_in_one_room_hear_each_other(kefu_factory, tmp_path: Pat
     streams = rtp_streams(capture.path, ports=[26050, 26060])
     to_b = find_stream(streams, dst_port=26060)
     heard = to_b.pcm()
-    # B (silent) hears A's speech through the room: energy and A's waveform shape.
+    # B (silent) hears A's speech through the room. The path re-encodes (G.711 → Opus → mix
+    # → G.711) and re-times it, so compare loudness envelopes (A's syllable rhythm), not
+    # samples.
     assert np.abs(heard.astype(np.int32)).mean() > 200
-    _, similarity = echo_delay_and_similarity(pcm_a, heard)
-    assert similarity > 0.5, similarity
+    assert _envelope_similarity(pcm_a, heard) > 0.7
+
+
+def _envelope_similarity(sent, heard, frame: int = 160, max_lag: int = 50) -> float:
+    """Best correlation of 20 ms RMS envelopes over lags up to 1 s."""
+    import numpy as np
+
+    def envelope(pcm):
+        n = len(pcm) // frame
+        x = pcm[: n * frame].astype(np.float64).reshape(n, frame)
+        return np.sqrt((x**2).mean(axis=1))
+
+    a, b = envelope(sent), envelope(heard)
+    best = 0.0
+    for lag in range(min(max_lag, len(b) - 10)):
+        n = min(len(a), len(b) - lag)
+        x, y = a[:n], b[lag : lag + n]
+        if x.std() > 0 and y.std() > 0:
+            best = max(best, float(np.corrcoef(x, y)[0, 1]))
+    return best
 
 
 def test_sigterm_drains_new_calls_get_503_and_calls_in_progress_finish(

@@ -1,6 +1,6 @@
 """RFC 4475 and RFC 5118 torture messages, read as exact bytes from the shared test data.
 
-Each file gets the handling /work/shared/testdata/README.md asks for, through the same path
+Each file gets the handling tests/testdata/README.md asks for, through the same path
 a UAS uses: ``parse_message`` (then ``response_for_parse_error`` when it fails), then
 ``check_request`` / ``check_response``.
 """
@@ -25,7 +25,7 @@ from kefu.sip.validate import (
 )
 
 TESTDATA = Path(
-    os.environ.get("KEFU_TESTDATA") or Path(__file__).resolve().parents[3] / "shared" / "testdata"
+    os.environ.get("KEFU_TESTDATA") or Path(__file__).resolve().parents[1] / "testdata"
 )
 pytestmark = pytest.mark.skipif(not TESTDATA.is_dir(), reason=f"no test data at {TESTDATA}")
 

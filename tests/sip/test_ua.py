@@ -286,7 +286,7 @@ def test_retransmitted_invite_is_absorbed(ua: UserAgent) -> None:
     assert [r.status for r in responses(ua)] == [100]
 
 
-TESTDATA = Path(__file__).resolve().parents[3] / "shared" / "testdata"
+TESTDATA = Path(__file__).resolve().parents[1] / "testdata"
 
 
 def _torture_files() -> list[Path]:
