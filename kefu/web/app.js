@@ -73,7 +73,8 @@ function addTranscriptLine(event) {
     line.dataset.speaker = speaker;
     const who = document.createElement("span");
     who.className = "speaker";
-    who.textContent = speaker === "customer" ? "You" : speaker === "bot" ? "Assistant" : speaker;
+    const you = speaker === "customer" || speaker === "caller";
+    who.textContent = you ? "You" : speaker === "bot" ? "Assistant" : speaker;
     const said = document.createElement("span");
     said.className = "text";
     line.append(who, said);
@@ -86,7 +87,8 @@ function addTranscriptLine(event) {
 
 function onRoomEvent(event) {
   window.kefu.events.push(event);
-  if (event.type === "transcript") addTranscriptLine(event);
+  // "Utterance" is what kefu's AI agent publishes for each line it hears or says.
+  if (event.type === "transcript" || event.type === "Utterance") addTranscriptLine(event);
   else if (event.type === "call_state" && event.state) {
     addTranscriptLine({ speaker: "system", text: `Call ${event.state}`, final: true });
   }
