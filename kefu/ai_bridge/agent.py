@@ -396,12 +396,18 @@ class CallAgent:
         marks = self.tracer.marks(turn_id) if turn_id else None
         gen = voice.synthesize(text, lang=lang)
         async with contextlib.aclosing(gen):  # type: ignore[type-var]
+            first = True
             async for chunk in gen:
+                pcm = chunk.pcm
+                if first:
+                    # piper opens with ~60 ms of near-silence: the caller is waiting for it.
+                    pcm = _trim_leading_quiet(pcm)
+                    first = False
                 mark = None
                 if marks is not None and marks.first_tts_audio is None:
                     marks.first_tts_audio = asyncio.get_running_loop().time()
                     mark = ("start", turn_id)
-                await self.outbound.put(chunk.pcm, chunk.sample_rate, mark=mark)
+                await self.outbound.put(pcm, chunk.sample_rate, mark=mark)
 
     async def _say(self, text: str, turn_id: int | None) -> None:
         """A fixed phrase (greeting, "didn't catch that"): no dialog, no trace."""
@@ -460,6 +466,14 @@ class CallAgent:
 
 
 _EMPTY = np.zeros(0, np.int16)
+
+
+def _trim_leading_quiet(pcm: np.ndarray, threshold: int = 300, keep: int = 64) -> np.ndarray:
+    """Drop leading samples below ``threshold`` (about -40 dBFS), keeping a short fade-in."""
+    loud = np.flatnonzero(np.abs(pcm.astype(np.int32)) >= threshold)
+    if loud.size == 0:
+        return pcm
+    return pcm[max(0, int(loud[0]) - keep) :]
 
 
 def _tone(rate: int = 22050) -> np.ndarray:
