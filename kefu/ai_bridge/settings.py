@@ -48,3 +48,7 @@ class AiSettings:
     """sherpa-onnx model directory for Mandarin ASR; None: no Mandarin ASR."""
     partials: bool = False
     """Run pocketsphinx partial transcripts (~15 % of a core per call) for live captions."""
+    denoise: bool = False
+    """DeepFilterNet3 on the caller's audio before ASR/recording."""
+    echo_cancel: bool = False
+    """speexdsp AEC on SIP legs using the bot's own audio as the far end."""

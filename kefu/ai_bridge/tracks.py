@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import fractions
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import av
@@ -263,6 +263,10 @@ class CallerAudioTap:
     ``sink(pcm16k, now)`` runs on the event loop with ``now`` from ``clock`` (the loop's time
     by default), i.e. the time the last sample of that audio arrived. The task exits cleanly
     when the track ends (MediaStreamError) or on :meth:`stop`.
+
+    ``frontend`` (optional, e.g. :class:`kefu.ai_bridge.frontend.CallerFrontEnd`) is awaited
+    with each 16 kHz chunk before ``sink`` and returns the cleaned audio (denoised, echo
+    cancelled); it does its CPU work off the loop. Without it audio goes to ``sink`` untouched.
     """
 
     def __init__(
@@ -272,9 +276,11 @@ class CallerAudioTap:
         *,
         clock: Callable[[], float] | None = None,
         call_id: str | None = None,
+        frontend: Callable[[NDArray[np.int16]], Awaitable[NDArray[np.int16]]] | None = None,
     ) -> None:
         self.track = track
         self.sink = sink
+        self.frontend = frontend
         self._clock = clock
         self._resampler: StreamResampler | None = None
         self._task: asyncio.Task[None] | None = None
@@ -307,6 +313,10 @@ class CallerAudioTap:
                     continue
                 self.frames += 1
                 for pcm in self._convert(frame):
+                    if self.frontend is not None:
+                        pcm = await self.frontend(pcm)
+                        if not pcm.size:
+                            continue
                     self.sink(pcm, clock())
         finally:
             self.ended.set()

@@ -24,9 +24,7 @@ from kefu.sip.validate import (
     response_for_parse_error,
 )
 
-TESTDATA = Path(
-    os.environ.get("KEFU_TESTDATA") or Path(__file__).resolve().parents[1] / "testdata"
-)
+TESTDATA = Path(os.environ.get("KEFU_TESTDATA") or Path(__file__).resolve().parents[1] / "testdata")
 pytestmark = pytest.mark.skipif(not TESTDATA.is_dir(), reason=f"no test data at {TESTDATA}")
 
 

@@ -18,6 +18,7 @@ beyond ``max_delay_ms`` is dropped oldest-first and counted.
 from __future__ import annotations
 
 import importlib
+import threading
 from collections import deque
 from typing import Any
 
@@ -69,15 +70,15 @@ class EchoCanceller:
         self.far_missing = 0
         """Far samples replaced by silence because none were queued."""
         self._log = log.bind(call_id=call_id)
+        # push_far runs on the event loop while process may run in an executor thread.
+        self._far_lock = threading.Lock()
         self._far: deque[NDArray[np.int16]] = deque()
         self._far_len = 0
         self._near_pending = np.zeros(0, np.int16)
         self._aec: Any = None
         try:
             mod = importlib.import_module(module)
-            self._aec = mod.EchoCanceller.create(
-                self.frame_samples, self.tail_samples, sample_rate
-            )
+            self._aec = mod.EchoCanceller.create(self.frame_samples, self.tail_samples, sample_rate)
             self.ready = True
         except Exception as exc:  # no libspeexdsp: run without AEC rather than fail the call
             self.error = f"echo canceller unavailable: {exc}"
@@ -94,6 +95,10 @@ class EchoCanceller:
             data = resample(data, sample_rate, self.sample_rate)
         if not data.size:
             return
+        with self._far_lock:
+            self._push_locked(data)
+
+    def _push_locked(self, data: NDArray[np.int16]) -> None:
         self._far.append(data)
         self._far_len += len(data)
         excess = self._far_len - self.max_delay_samples
@@ -136,7 +141,9 @@ class EchoCanceller:
         outs = []
         for i in range(0, whole, n):
             frame = np.ascontiguousarray(pending[i : i + n], dtype="<i2")
-            far = np.ascontiguousarray(self._take_far(n), dtype="<i2")
+            with self._far_lock:
+                far_pcm = self._take_far(n)
+            far = np.ascontiguousarray(far_pcm, dtype="<i2")
             cleaned = self._aec.process(frame.tobytes(), far.tobytes())
             outs.append(np.frombuffer(cleaned, dtype="<i2").astype(np.int16))
             self.frames += 1
@@ -145,5 +152,6 @@ class EchoCanceller:
 
     def reset_far(self) -> None:
         """Forget queued far audio (barge-in flushed the bot's queue before it was played)."""
-        self._far.clear()
-        self._far_len = 0
+        with self._far_lock:
+            self._far.clear()
+            self._far_len = 0
