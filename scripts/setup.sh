@@ -15,6 +15,8 @@ if [ "$with_test" = 1 ]; then
   command -v chromium >/dev/null || missing+=(chromium)
   command -v turnserver >/dev/null || missing+=(coturn)
   command -v rtpengine >/dev/null || missing+=(rtpengine-daemon)
+  command -v swig >/dev/null || missing+=(swig)
+  [ -e /usr/include/speex/speexdsp_types.h ] || missing+=(libspeexdsp-dev)
   command -v node >/dev/null || missing+=(nodejs npm)
   command -v unshare >/dev/null || missing+=(util-linux)
   if [ ${#missing[@]} -gt 0 ]; then
@@ -30,7 +32,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 if [ "$with_test" = 1 ]; then
-  .venv/bin/python -m pip install -q -e '.[test]'
+  .venv/bin/python -m pip install -q -e '.[test,frontend]'
 else
   .venv/bin/python -m pip install -q -e .
 fi

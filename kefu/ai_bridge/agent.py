@@ -29,6 +29,9 @@ import numpy as np
 import structlog
 from aiortc.mediastreams import MediaStreamTrack
 
+from kefu.ai_bridge.frontend.aec import EchoCanceller
+from kefu.ai_bridge.frontend.chain import CallerFrontEnd
+from kefu.ai_bridge.frontend.denoise import Denoiser
 from kefu.ai_bridge.listen.endpoint import EndpointConfig
 from kefu.ai_bridge.listen.listener import (
     EndOfTurn,
@@ -142,6 +145,7 @@ class CallAgent:
         self.backchannels = 0
         self._log = log.bind(call_id=call_id)
         self._tap: CallerAudioTap | None = None
+        self.frontend: CallerFrontEnd | None = None
         self._events_task: asyncio.Task[None] | None = None
         self._answer_task: asyncio.Task[None] | None = None
         self._barge: _Barge | None = None
@@ -186,9 +190,27 @@ class CallAgent:
         )
         greeting = self.settings.greeting_zh if self.lang == "zh" else self.settings.greeting_en
         self._run_answer(self._say(greeting, 0))
-        self._tap = CallerAudioTap(self.inbound, self._on_audio, call_id=self.call_id)
+        if self.settings.denoise or self.settings.echo_cancel:
+            self.frontend = await loop.run_in_executor(None, self._build_frontend)
+            if self.frontend.echo is not None:
+                self.outbound.on_frame = self.frontend.push_far
+        self._tap = CallerAudioTap(
+            self.inbound, self._on_audio, call_id=self.call_id, frontend=self.frontend
+        )
         self._tap.start()
         self._events_task = loop.create_task(self._run_events(), name=f"agent:{self.call_id}")
+
+    def _build_frontend(self) -> CallerFrontEnd:
+        """Denoise and/or cancel the bot's echo before the caller's audio reaches the VAD."""
+        frontend = CallerFrontEnd(
+            denoiser=Denoiser(16000, 16000, call_id=self.call_id)
+            if self.settings.denoise
+            else None,
+            echo=EchoCanceller(16000, call_id=self.call_id) if self.settings.echo_cancel else None,
+        )
+        if not frontend.ready:
+            self._log.warning("frontend_degraded", error=frontend.error)
+        return frontend
 
     async def close(self) -> None:
         """Stop listening and speaking; finish open traces; forget the dialog state."""
@@ -205,6 +227,8 @@ class CallAgent:
                 await task
         if self._tap is not None:
             await self._tap.stop()
+        if self.frontend is not None:
+            self.frontend.close()
         if self.listener is not None:
             await self.listener.close()
         for turn_id in self.tracer.open_turns():

@@ -63,6 +63,7 @@ class BotAudioTrack(MediaStreamTrack):
         max_queued_s: float = 30.0,
         paced: bool = True,
         on_mark: Callable[[object, float], None] | None = None,
+        on_frame: Callable[[NDArray[np.int16], int], None] | None = None,
         clock: Callable[[], float] | None = None,
     ) -> None:
         super().__init__()
@@ -71,6 +72,8 @@ class BotAudioTrack(MediaStreamTrack):
         self.max_queued = int(max_queued_s * sample_rate)
         self.paced = paced
         self.on_mark = on_mark
+        self.on_frame = on_frame
+        """Sees every frame handed to the sender (the echo canceller's far end)."""
         self._clock = clock
         self._segments: deque[_Segment] = deque()
         self._queued = 0
@@ -225,6 +228,8 @@ class BotAudioTrack(MediaStreamTrack):
         frame.time_base = self._time_base
         self._pts += self.frame_samples
         self.frames_sent += 1
+        if self.on_frame is not None:
+            self.on_frame(pcm, self.sample_rate)
         if marks and self.on_mark is not None:
             for mark in marks:
                 self.on_mark(mark, now)
