@@ -41,6 +41,8 @@ from aiortc.sdp import candidate_from_sdp
 from kefu.codecs.resample import StreamResampler
 from kefu.errors import LocalError, RemoteError
 from kefu.sfu import ice
+from kefu.sfu.forward import mono_frame
+from kefu.sfu.mixer import RealTimePacer
 
 RATE = 48000
 FRAME = 960
@@ -73,8 +75,12 @@ class PacedPcmTrack(MediaStreamTrack):
         self._pcm = pcm.astype(np.int16)
         self._loop = loop
         self._pos = 0
-        self._pts = 0
-        self._start: float | None = None
+        self._pacer = RealTimePacer(FRAME, RATE)
+
+    @property
+    def _start(self) -> float | None:
+        """Monotonic time of the first frame (the pacing origin; loadtest.voice reads it)."""
+        return self._pacer._start  # noqa: SLF001 - the pacer keeps no public origin
 
     @classmethod
     def from_wav(cls, path: str | Path, *, loop: bool = False) -> PacedPcmTrack:
@@ -82,31 +88,25 @@ class PacedPcmTrack(MediaStreamTrack):
 
     @classmethod
     def tone(cls, freq: float = 440.0, seconds: float = 60.0, level: float = 0.3) -> PacedPcmTrack:
-        t = np.arange(int(RATE * seconds)) / RATE
-        return cls((np.sin(2 * math.pi * freq * t) * level * 32767).astype(np.int16))
+        return cls(tone_pcm(freq, seconds, level))
 
     async def recv(self) -> av.AudioFrame:
         if self.readyState != "live":
             raise MediaStreamError
-        now = time.monotonic()
-        if self._start is None:
-            self._start = now
-        else:
-            self._pts += FRAME
-            delay = self._start + self._pts / RATE - now
-            if delay > 0:
-                await asyncio.sleep(delay)
+        pts = await self._pacer.next_pts()
         chunk = self._pcm[self._pos : self._pos + FRAME]
         self._pos += FRAME
         if self._loop and self._pos >= len(self._pcm):
             self._pos = 0
         if chunk.size < FRAME:
             chunk = np.concatenate((chunk, np.zeros(FRAME - chunk.size, np.int16)))
-        frame = av.AudioFrame.from_ndarray(chunk.reshape(1, -1), format="s16", layout="mono")
-        frame.sample_rate = RATE
-        frame.pts = self._pts
-        frame.time_base = TIME_BASE
-        return frame
+        return mono_frame(chunk, pts, RATE)
+
+
+def tone_pcm(freq: float, seconds: float, level: float = 0.3) -> np.ndarray:
+    """A sine tone as mono int16 samples at 48 kHz, ``level`` of full scale."""
+    t = np.arange(int(RATE * seconds)) / RATE
+    return (np.sin(2 * math.pi * freq * t) * level * 32767).astype(np.int16)
 
 
 def read_wav(path: str | Path) -> np.ndarray:

@@ -27,9 +27,7 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
-import re
 import secrets
-import signal
 import statistics
 import subprocess
 import sys
@@ -41,6 +39,14 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from loadtest.kefu_process import (
+    KefuProcess,
+    cpu_percent,
+    load_average,
+    rss_kib,
+    sample_cpu,
+    start_kefu,
+)
 from loadtest.webrtc_load_client import (
     PTIME_SAMPLES,
     READY_TIMEOUT_S,
@@ -51,45 +57,9 @@ from loadtest.webrtc_load_client import (
 
 LOSS_LIMIT_PCT = 1.0
 """A run passes when no participant lost this much of what it should have heard."""
-_CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-# --- /proc readings and py-spy (self-contained: the SIP tools' helpers are being reworked) ----
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process, all its threads (proc(5) stat fields 14, 15)."""
-    text = Path(f"/proc/{pid}/stat").read_text()
-    fields = text[text.rindex(")") + 2 :].split()  # the name may hold spaces and ')'
-    return (int(fields[11]) + int(fields[12])) / _CLK_TCK
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-CpuSample = tuple[float, dict[str, float]]
-"""(time.monotonic(), label -> cumulative CPU seconds)."""
-
-
-def cpu_sample(pids: dict[str, int]) -> CpuSample:
-    cpu = {}
-    for label, pid in pids.items():
-        try:
-            cpu[label] = cpu_seconds(pid)
-        except OSError:
-            cpu[label] = float("nan")
-    return time.monotonic(), cpu
-
-
-def cpu_pct(
-    a: tuple[float, dict[str, float]], b: tuple[float, dict[str, float]], key: str
-) -> float:
-    """CPU between two samples as % of one core."""
-    return round(100.0 * (b[1][key] - a[1][key]) / (b[0] - a[0]), 1)
+# --- measurement helpers ---------------------------------------------------------------------
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -123,26 +93,6 @@ def py_spy(pid: int, out: Path | None, seconds: float) -> Iterator[None]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-
-
-def top_frames(raw: Path, limit: int = 15) -> list[str]:
-    """``self % incl %  frame`` lines of a py-spy raw profile, by self time, one per function."""
-    own: dict[str, int] = {}
-    incl: dict[str, int] = {}
-    total = 0
-    for line in raw.read_text(errors="replace").splitlines():
-        stack, _, count = line.rpartition(" ")
-        if not stack or not count.isdigit():
-            continue
-        total += int(count)
-        frames = [re.sub(r":\d+\)$", ")", f) for f in stack.split(";")]
-        own[frames[-1]] = own.get(frames[-1], 0) + int(count)
-        for frame in set(frames):
-            incl[frame] = incl.get(frame, 0) + int(count)
-    ranked = sorted(own.items(), key=lambda kv: -kv[1])[:limit]
-    return [
-        f"{100 * n / total:5.1f}% self {100 * incl[f] / total:5.1f}% incl  {f}" for f, n in ranked
-    ]
 
 
 # --- coordinator ------------------------------------------------------------------------------
@@ -239,13 +189,13 @@ def run_load(
         ready = [_receive(link, READY_TIMEOUT_S * 2) for link in links]
         wait_wall(warmup)
         pids = {"server": server.pid, **{f"w{i}": p.pid or 0 for i, p in enumerate(procs)}}
-        before_counters, cpu0 = server.counters(), cpu_sample(pids)
+        before_counters, cpu0 = server.counters(), sample_cpu(pids)
         before = _ask_all(links, "mark")
         with py_spy(server.pid, profile, seconds):
             wait_wall(seconds)
             after = _ask_all(links, "mark")
-            cpu1, after_counters = cpu_sample(pids), server.counters()
-            rss = rss_mib(server.pid)
+            cpu1, after_counters = sample_cpu(pids), server.counters()
+            rss = rss_kib(server.pid) / 1024
         for link in links:
             link.send("close")
         for link in links:
@@ -272,7 +222,7 @@ def run_load(
     # compare with what the room's other participants sent instead.
     stalled = sum(1 for p in per_participant if p["received"] < 0.9 * p["expected"])
     streams = rooms * per_room * (per_room - 1)
-    cpu = cpu_pct(cpu0, cpu1, "server")
+    cpu = round(cpu_percent(cpu0, cpu1, "server"), 1)
     forwarded = after_counters.get("forwarded", 0) - before_counters.get("forwarded", 0)
     summary: dict[str, Any] = {
         "benchmark": "webrtc-load",
@@ -318,8 +268,8 @@ def run_load(
             if k in before_counters
         },
         "forwarded_per_s": round(forwarded / seconds, 1),
-        "worker_cpu_pct": [round(cpu_pct(cpu0, cpu1, f"w{i}"), 1) for i in range(n_workers)],
-        "load_avg": [round(x, 2) for x in os.getloadavg()],
+        "worker_cpu_pct": [round(cpu_percent(cpu0, cpu1, f"w{i}"), 1) for i in range(n_workers)],
+        "load_avg": load_average(),
         "date": time.strftime("%Y-%m-%d"),
     }
     summary["pass"] = bool(
@@ -330,7 +280,12 @@ def run_load(
         and len(connect) == rooms * per_room
     )
     if profile is not None and profile.exists():
-        summary["profile_top_self"] = top_frames(profile)
+        from loadtest.sip_load import top_frames
+
+        summary["profile_top_self"] = [
+            f"{own:5.1f}% self {incl:5.1f}% incl  {frame}"
+            for frame, own, incl in top_frames(profile, 15)
+        ]
     return summary
 
 
@@ -396,33 +351,10 @@ def kefu_server(target: str, pid: int, *, config_path: str | None = None) -> Ser
     )
 
 
-@dataclass
-class KefuChild:
-    """``kefu serve`` started by this tool (stopped by its PID only)."""
-
-    proc: subprocess.Popen[bytes]
-    http_port: int
-    log_path: Path
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-
-
-def start_kefu(workdir: Path, *, uvloop: bool = True) -> KefuChild:
+def _start_echo_kefu(workdir: Path, *, uvloop: bool = True) -> KefuProcess:
     """``kefu serve --media-mode echo`` on loopback ports of its choosing, ICE host candidates
-    on 127.0.0.1 only and a fresh JWT secret; returns once it logged ``kefu_started``."""
+    on 127.0.0.1 only and a fresh JWT secret."""
     env = {
-        **os.environ,
         "KEFU_WEBRTC_ICE_HOST_ADDRESSES": "127.0.0.1",
         "KEFU_SERVER_STATE_DIR": str(workdir / "state"),
         "KEFU_AUTH_JWT_SECRET": secrets.token_urlsafe(24),
@@ -430,21 +362,16 @@ def start_kefu(workdir: Path, *, uvloop: bool = True) -> KefuChild:
     }
     # kefu_server() mints tokens in this process: it must read the same secret
     os.environ["KEFU_AUTH_JWT_SECRET"] = env["KEFU_AUTH_JWT_SECRET"]
-    log_path = workdir / "kefu.log"
-    cmd = [sys.executable, "-m", "kefu.mediaserver.cli", "serve", "--media-mode", "echo"]
-    cmd += ["--sip-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"]
-    cmd += [] if uvloop else ["--no-uvloop"]
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and proc.poll() is None:
-        for line in log_path.read_text(errors="replace").splitlines():
-            if '"kefu_started"' in line:
-                port = int(str(json.loads(line)["http"]).rpartition(":")[2])
-                return KefuChild(proc, port, log_path)
-        wait_wall(0.05)  # kefu's start has no event visible from outside its process
-    KefuChild(proc, 0, log_path).stop()
-    raise RuntimeError(f"kefu did not start: {log_path.read_text(errors='replace')[-2000:]}")
+    args = ["--media-mode", "echo", *([] if uvloop else ["--no-uvloop"])]
+    # WebRTC media does not use the SIP RTP range: pass kefu's default rather than a new one.
+    return start_kefu(
+        workdir,
+        *args,
+        rtp_ports="20000-29999",
+        env=env,
+        log_path=workdir / "kefu.log",
+        start_timeout=30.0,
+    )
 
 
 def pid_listening_on(port: int) -> int:
@@ -561,8 +488,6 @@ def add_arguments(parser: Any) -> None:
 
 
 def main(args: Any) -> int:
-    import json
-    import sys
     import tempfile
     from urllib.parse import urlsplit
 
@@ -572,7 +497,7 @@ def main(args: Any) -> int:
     profile = Path(args.profile).resolve() if args.profile else None
     uvloop = not args.no_uvloop
     with tempfile.TemporaryDirectory(prefix="kefu-webrtc-load-") as tmp:
-        kefu_proc = start_kefu(Path(tmp), uvloop=uvloop) if args.start_kefu else None
+        kefu_proc = _start_echo_kefu(Path(tmp), uvloop=uvloop) if args.start_kefu else None
         try:
             if kefu_proc is not None:
                 target = f"http://127.0.0.1:{kefu_proc.http_port}"
@@ -605,7 +530,7 @@ def main(args: Any) -> int:
                 rows = row(result)
         finally:
             if kefu_proc is not None:
-                kefu_proc.stop()
+                kefu_proc.stop(timeout=15.0)
         if args.compare_janus and not args.find_max:
             from loadtest import janus
 

@@ -12,13 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import fractions
-import math
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
-
-import numpy as np
 
 PTIME_SAMPLES = 960
 """20 ms at 48 kHz: the RTP timestamp step of one Opus packet (RFC 7587 §4.1)."""
@@ -62,9 +59,9 @@ class WorkerJob:
 def encode_tone(freq: float, seconds: float = 1.0) -> list[bytes]:
     """A tone as 20 ms mono Opus packets, encoded once so the clients never encode again."""
     from kefu.codecs.opus import OpusEncoder
+    from loadtest.webrtc_client import tone_pcm
 
-    t = np.arange(int(48000 * seconds)) / 48000
-    pcm = (np.sin(2 * math.pi * freq * t) * 0.3 * 32767).astype(np.int16)
+    pcm = tone_pcm(freq, seconds)
     encoder = OpusEncoder(bitrate=24000)
     return [encoder.encode(pcm[i : i + PTIME_SAMPLES]) for i in range(0, pcm.size, PTIME_SAMPLES)]
 
@@ -75,6 +72,8 @@ def looped_opus_track(packets: list[bytes]) -> Any:
     from aiortc import MediaStreamTrack
     from aiortc.mediastreams import MediaStreamError
 
+    from kefu.sfu.mixer import RealTimePacer
+
     time_base = fractions.Fraction(1, 48000)
 
     class LoopedOpusTrack(MediaStreamTrack):
@@ -83,21 +82,16 @@ def looped_opus_track(packets: list[bytes]) -> Any:
         def __init__(self) -> None:
             super().__init__()
             self.sent = 0
-            self._start: float | None = None
+            # Paced from the first packet, not from the previous send: a late wake-up sends
+            # the backlog at once instead of drifting (timestamps stay contiguous either way).
+            self._pacer = RealTimePacer(PTIME_SAMPLES, PTIME_SAMPLES * PACKETS_PER_S)
 
         async def recv(self) -> av.Packet:
             if self.readyState != "live":
                 raise MediaStreamError
-            now = time.monotonic()
-            if self._start is None:
-                self._start = now
-            # Pace on the wall clock, not on the previous send: a late wake-up sends the
-            # backlog at once instead of drifting (timestamps stay contiguous either way).
-            delay = self._start + self.sent / PACKETS_PER_S - now
-            if delay > 0:
-                await asyncio.sleep(delay)
+            pts = await self._pacer.next_pts()
             out = av.Packet(packets[self.sent % len(packets)])
-            out.pts = self.sent * PTIME_SAMPLES
+            out.pts = pts
             out.time_base = time_base
             self.sent += 1
             return out
