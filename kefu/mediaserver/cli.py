@@ -80,7 +80,7 @@ def _serve(config: Config, *, uvloop_ok: bool) -> int:
             return uvloop.run(run_server(config))
         except ImportError:
             pass
-    return asyncio.run(run_server(config))
+    return asyncio.run(run_server(config, uvloop_ok=False))
 
 
 def _token(args: argparse.Namespace) -> int:

@@ -117,6 +117,9 @@ class WebRtcConfig:
     turn_ttl_s: int = 86400
     max_participants_per_room: int = 16
     max_rooms: int = 200
+    """Rooms on this node, all room workers together."""
+    room_workers: int = 1
+    """Processes hosting WebRTC rooms (one Python process uses one core); 0: one per CPU."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,6 +269,10 @@ def _validate(config: Config) -> Config:
         raise ConfigError("sip.auth_algorithm must be MD5 or SHA-256", key="sip.auth_algorithm")
     if config.log.level.lower() not in ("debug", "info", "warning", "error"):
         raise ConfigError(f"log.level: unknown level {config.log.level!r}", key="log.level")
+    if config.webrtc.room_workers < 0:
+        raise ConfigError(
+            "webrtc.room_workers must be 0 (one per CPU) or more", key="webrtc.room_workers"
+        )
     for address in config.webrtc.ice_host_addresses:
         try:
             ipaddress.ip_address(address)

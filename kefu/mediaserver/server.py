@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
+import os
 import secrets
 import signal
 import time
@@ -32,14 +34,17 @@ from kefu.mediaserver.events import DtmfReceived, TransferProgress
 from kefu.mediaserver.logs import configure_logging
 from kefu.mediaserver.media import PcmTrack, PromptThenEcho, chime, load_wav
 from kefu.mediaserver.metrics import Metrics
+from kefu.mediaserver.room_workers import STATUS_PATH, RoomWorkers, WorkerSpec, wait_exited
 from kefu.mediaserver.rooms import RoomService
 from kefu.rtp.aio import RtpEndpoint
 from kefu.rtp.ports import PortAllocator
 from kefu.sfu.api import PeerSettings, Sfu
 from kefu.signaling.http import build_app
 from kefu.signaling.hub import SignalingHub
+from kefu.signaling.relay import RELAY_KEY_HEADER, ShardRelay
 from kefu.signaling.settings import SignalingSettings
-from kefu.signaling.ws import add_signaling_routes
+from kefu.signaling.shards import ShardRouter
+from kefu.signaling.ws import READ_LIMIT, add_signaling_routes
 from kefu.sip import ua as sipua
 from kefu.sip import ua_events as sipev
 from kefu.sip.aio import SipTransport
@@ -49,9 +54,24 @@ from kefu.sip.sdp import SessionDescription
 log = structlog.get_logger("kefu.server")
 
 
+def room_shards(config: Config) -> int:
+    """How many processes host WebRTC rooms (``webrtc.room_workers``; 0 = one per CPU)."""
+    wanted = config.webrtc.room_workers
+    return wanted if wanted > 0 else max(1, os.cpu_count() or 1)
+
+
 class KefuServer:
-    def __init__(self, config: Config) -> None:
+    """The front (``worker=None``: SIP, HTTP, room shard 0) or one room worker."""
+
+    def __init__(
+        self, config: Config, *, worker: WorkerSpec | None = None, uvloop_ok: bool = True
+    ) -> None:
         self.config = config
+        self.worker = worker
+        self.shards = room_shards(config)
+        self.room_workers: RoomWorkers | None = None
+        self.relay: ShardRelay | None = None
+        self._uvloop_ok = uvloop_ok
         self.metrics = Metrics()
         self.bus = EventBus()
         self.ports = PortAllocator(*config.rtp.ports)
@@ -71,13 +91,14 @@ class KefuServer:
             ice_servers=tuple({"urls": [url]} for url in config.webrtc.stun_urls),
             ice_host_addresses=config.webrtc.ice_host_addresses or None,
             max_participants_per_room=config.webrtc.max_participants_per_room,
-            max_rooms=config.webrtc.max_rooms,
+            # The node's room limit, shared out: rooms are spread evenly by their id's hash.
+            max_rooms=math.ceil(config.webrtc.max_rooms / self.shards),
         )
         sip_room = config.calls.sip_room
         self.rooms = RoomService(
             Sfu(peer), no_bot_rooms=frozenset({sip_room}) if sip_room else frozenset()
         )
-        self.metrics.watch_sfu(self.rooms.sfu.stats)
+        self.metrics.watch_sfu(self._sfu_stats)
         self.signaling = SignalingHub(
             self.rooms,
             SignalingSettings(
@@ -104,11 +125,26 @@ class KefuServer:
             # Models take seconds to load: serve SIP and HTTP meanwhile, answering INVITEs
             # with 503 + Retry-After and /readyz with 503 until they are in.
             self._spawn(self._load_ai(), "ai-load")
+        if self.worker is not None:
+            await self._start_room_worker(self.worker)
+            return
         listen = self.config.sip.listen
         self.sip_address = await self.sip.start(listen.host, listen.port)
         self.ua.set_local_address(*self.sip_address)
+        if self.shards > 1:
+            self.room_workers = RoomWorkers(self.config, self.shards - 1, uvloop_ok=self._uvloop_ok)
+            await self.room_workers.start()
+            sip_room = self.config.calls.sip_room
+            router = ShardRouter(
+                self.shards,
+                pinned=frozenset({sip_room}) if sip_room else frozenset(),
+                resume_grace_s=self.signaling.settings.resume_grace_s + 5.0,
+            )
+            self.relay = ShardRelay(
+                router, self.room_workers.socket_for, self.room_workers.key, read_limit=READ_LIMIT
+            )
         app = build_app(self)
-        add_signaling_routes(app, self.signaling)
+        add_signaling_routes(app, self.signaling, relay=self.relay)
         self._http = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._http.setup()
         site = web.TCPSite(self._http, self.config.http.listen.host, self.config.http.listen.port)
@@ -123,7 +159,30 @@ class KefuServer:
             http=f"{host}:{port}",
             media_mode=self.config.calls.media_mode,
             rtp_ports="{}-{}".format(*self.config.rtp.ports),
+            room_shards=self.shards,
         )
+
+    async def _start_room_worker(self, spec: WorkerSpec) -> None:
+        """Serve rooms on the Unix socket the front relays to; no SIP here."""
+        structlog.contextvars.bind_contextvars(room_worker=spec.shard)
+        app = build_app(self)
+        add_signaling_routes(app, self.signaling, relay_key=spec.key)
+
+        async def status(request: web.Request) -> web.Response:
+            if request.headers.get(RELAY_KEY_HEADER) != spec.key:
+                return web.json_response({"error": {"code": "forbidden"}}, status=403)
+            ready, _ = self.ready()
+            return web.json_response(
+                {"ready": ready, "pid": os.getpid(), "sfu": self.rooms.sfu.stats()}
+            )
+
+        app.router.add_get(STATUS_PATH, status)
+        self._http = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._http.setup()
+        await web.UnixSite(self._http, spec.socket_path).start()
+        self._spawn(self.metrics.watch_loop_lag(), "loop-lag")
+        self._spawn(self._sweep_rooms(), "room-sweep")
+        log.info("room_worker_started", shard=spec.shard, socket=spec.socket_path)
 
     async def drain(self, grace: float | None = None) -> None:
         """Refuse new calls (503) and wait for calls in progress, then hang up the rest."""
@@ -142,9 +201,13 @@ class KefuServer:
         for call in list(self.calls.values()):
             await self._end_call(call, "shutdown", CallInput.HANGUP)
         await self.sip.close()
+        if self.relay is not None:
+            await self.relay.close()
         if self._http:
             await self._http.cleanup()
         await self.rooms.close()
+        if self.room_workers is not None:
+            await self.room_workers.close(self.config.calls.drain_timeout + 5.0)
         if self.ai is not None:
             await self.ai.close()
         for task in list(self._tasks):
@@ -209,7 +272,11 @@ class KefuServer:
             "rtp_ports_free": self.ports.capacity - self.ports.in_use,
             "media_mode": self.config.calls.media_mode,
         }
-        ok = not self.draining and self.sip_address is not None and not self.ai_loading
+        listening = self.worker is not None or self.sip_address is not None
+        ok = not self.draining and listening and not self.ai_loading
+        if self.room_workers is not None:
+            detail["room_workers"] = self.room_workers.describe()
+            ok = ok and self.room_workers.all_ready
         if self.ai_loading:
             detail["ai"] = "loading"
         if self.ai is not None:
@@ -220,6 +287,13 @@ class KefuServer:
 
     def metrics_text(self) -> bytes:
         return self.metrics.render()
+
+    def _sfu_stats(self) -> dict[str, int]:
+        stats = self.rooms.sfu.stats()
+        if self.room_workers is not None:
+            for name, value in self.room_workers.sfu_stats().items():
+                stats[name] = stats.get(name, 0) + value
+        return stats
 
     def list_calls(self) -> list[dict[str, Any]]:
         return [call.summary() for call in self.calls.values()]
@@ -525,14 +599,21 @@ class KefuServer:
             self._idle.set()
 
 
-async def run_server(config: Config) -> int:
+async def run_server(
+    config: Config, *, worker: WorkerSpec | None = None, uvloop_ok: bool = True
+) -> int:
     configure_logging(config.log.level, json=config.log.json)
-    server = KefuServer(config)
+    server = KefuServer(config, worker=worker, uvloop_ok=uvloop_ok)
     await server.start()
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    if worker is None:
+        loop.add_signal_handler(signal.SIGINT, stop.set)
+    else:
+        # Ctrl-C reaches the whole process group: the front stops its workers in order.
+        loop.add_signal_handler(signal.SIGINT, lambda: None)
+        server._spawn(_stop_when_orphaned(worker.front_pid, stop), "front-watch")
     await stop.wait()
     log.info("signal_received", action="drain")
     drain = asyncio.create_task(server.drain())
@@ -544,3 +625,19 @@ async def run_server(config: Config) -> int:
     second.cancel()
     await server.stop()
     return 0
+
+
+async def _stop_when_orphaned(front_pid: int, stop: asyncio.Event) -> None:
+    """A room worker whose front died (SIGKILL, crash) stops instead of serving nobody."""
+    loop = asyncio.get_running_loop()
+    try:
+        fd = os.pidfd_open(front_pid)
+    except ProcessLookupError:
+        fd = -1
+    if fd >= 0:
+        try:
+            await wait_exited(loop, fd)
+        finally:
+            os.close(fd)
+    log.warning("room_worker_orphaned", front_pid=front_pid)
+    stop.set()

@@ -9,8 +9,9 @@ participant's ``on_event`` and, as JSON, to its ``kefu-events`` data channel.
 
 Participants that vanish without ``leave()`` are removed when aiortc reports their
 connection ``failed``/``closed`` (ICE consent, ~30 s), or by :meth:`Sfu.sweep`, which also
-removes those that never connected and silent publishers (``idle_timeout_s``). One process
-serves all rooms here; :mod:`kefu.sfu.workers` describes sharding rooms over processes.
+removes those that never connected and silent publishers (``idle_timeout_s``). An ``Sfu``
+serves the rooms of one process; :mod:`kefu.mediaserver.room_workers` runs one per room
+worker process and :mod:`kefu.signaling.shards` says which process hosts a room.
 :meth:`Sfu.stats` gives counters and gauges for metrics export.
 """
 

@@ -4,46 +4,80 @@ This module only adapts aiohttp to :class:`~kefu.signaling.hub.SignalingHub`: it
 upgrade, hands the token to the hub (which rate limits and authenticates, closing with 4401 /
 4429 when it refuses) and feeds every text message to the hub until the socket closes.
 The protocol itself is in protocol.py and documented in docs/signaling.md.
+
+With room sharding (``relay``), the socket's first message picks the process hosting the
+room; sockets for rooms elsewhere are handed to :class:`~kefu.signaling.relay.ShardRelay`
+and leave this hub. A room worker (``relay_key``) takes the client address from the
+front's header when the shared key matches.
 """
 
 from __future__ import annotations
 
-from aiohttp import WSMsgType, web
+from aiohttp import WSMessage, WSMsgType, web
 
-from kefu.signaling.hub import SignalingHub
+from kefu.signaling.hub import Connection, SignalingHub
 from kefu.signaling.protocol import MAX_MESSAGE_BYTES, Error
+from kefu.signaling.relay import CLIENT_IP_HEADER, RELAY_KEY_HEADER, ShardRelay
+from kefu.signaling.shards import FRONT
 
 HUB_KEY = web.AppKey("kefu_signaling_hub", SignalingHub)
 
 # Messages between 64 KiB and this are answered with a too_large error and the socket stays
 # open; bigger ones make aiohttp close the socket with 1009 before we read them into memory.
-_READ_LIMIT = 4 * MAX_MESSAGE_BYTES
+READ_LIMIT = 4 * MAX_MESSAGE_BYTES
 
 
 def add_signaling_routes(
-    app: web.Application, hub: SignalingHub, *, path: str = "/ws", drive_timers: bool = True
+    app: web.Application,
+    hub: SignalingHub,
+    *,
+    path: str = "/ws",
+    drive_timers: bool = True,
+    relay: ShardRelay | None = None,
+    relay_key: str | None = None,
 ) -> None:
     """Mount the signaling WebSocket at ``path``; start/stop the hub with the app.
 
     ``drive_timers=False`` leaves timers to the caller (tests call ``hub.handle_timer(now)``).
+    ``relay``: this is the front of a sharded node; ``relay_key``: this is a room worker.
     """
     app[HUB_KEY] = hub
 
+    def client_ip(request: web.Request) -> str:
+        forwarded = request.headers.get(CLIENT_IP_HEADER)
+        if relay_key and forwarded and request.headers.get(RELAY_KEY_HEADER) == relay_key:
+            return forwarded
+        return request.remote or "unknown"
+
+    async def feed(conn: Connection, msg: WSMessage) -> None:
+        if msg.type is WSMsgType.TEXT:
+            await hub.receive(conn, msg.data)
+        elif msg.type is WSMsgType.BINARY:
+            conn.send(Error("bad_message", "binary frames are not part of protocol v1"))
+
     async def websocket(request: web.Request) -> web.WebSocketResponse:
-        ws = web.WebSocketResponse(max_msg_size=_READ_LIMIT, autoping=True)
+        ws = web.WebSocketResponse(max_msg_size=READ_LIMIT, autoping=True)
         await ws.prepare(request)
-        ip = request.remote or "unknown"
-        conn = await hub.open(ws, ip, request.query.get("token", ""))
+        ip = client_ip(request)
+        token = request.query.get("token", "")
+        conn = await hub.open(ws, ip, token)
         if conn is None:
             return ws
+        shard: int | None = None if relay is not None else FRONT
         try:
             async for msg in ws:
-                if msg.type is WSMsgType.TEXT:
-                    await hub.receive(conn, msg.data)
-                elif msg.type is WSMsgType.BINARY:
-                    conn.send(Error("bad_message", "binary frames are not part of protocol v1"))
+                if shard is None and msg.type is WSMsgType.TEXT:
+                    assert relay is not None
+                    shard = relay.route(msg.data)
+                    if shard is not None and shard != FRONT:
+                        # The socket now belongs to the room's worker; it never joined here.
+                        await hub.disconnected(conn)
+                        await relay.relay(ws, shard, token, ip, msg.data)
+                        return ws
+                await feed(conn, msg)
         finally:
-            await hub.disconnected(conn)
+            if shard is None or shard == FRONT:
+                await hub.disconnected(conn)
         return ws
 
     async def on_startup(_: web.Application) -> None:

@@ -1,0 +1,123 @@
+"""Which process hosts a room: the routing half of room sharding (sans-IO).
+
+One Python process is held to one core by the GIL, so kefu can host WebRTC rooms in several
+processes (config ``webrtc.room_workers``). The process that accepts the WebSocket (the
+front, shard 0, which also runs the SIP trunk) reads the socket's first message and hands
+the socket to the shard that hosts the room it names. A room lives in exactly one process,
+so packets forwarded between its participants never cross a process boundary.
+
+Rooms are placed by a stable hash of their id rather than by load: placement needs no
+shared state, survives a restart of the front, and every join of a room lands in the same
+process without coordination. ``pinned`` rooms (the SIP room, whose phone legs live in the
+front) stay in shard 0. A ``resume`` goes to the shard that issued the session, learnt from
+the ``joined`` message relayed back. Messages before the join or resume (pings, garbage,
+an offer too early) are answered by the front, so errors read the same whichever shard a
+room is on, and the first join or resume decides where the socket goes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import OrderedDict
+from typing import Any
+
+__all__ = ["ShardRouter", "shard_of"]
+
+FRONT = 0
+
+
+def shard_of(room_id: str, shards: int) -> int:
+    """The shard hosting ``room_id`` among ``shards``, the same in every process and run."""
+    if shards <= 1:
+        return FRONT
+    digest = hashlib.blake2b(room_id.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % shards
+
+
+def _object(text: str | bytes) -> dict[str, Any] | None:
+    try:
+        value = json.loads(text)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+class ShardRouter:
+    """Routes sockets by their first message and remembers which shard issued each session.
+
+    Sessions are remembered while their socket is relayed and for ``resume_grace_s`` after
+    it closes (the hub's resume grace, plus a margin); at most ``max_sessions`` are kept,
+    those that ended first are forgotten first.
+    """
+
+    def __init__(
+        self,
+        shards: int,
+        *,
+        pinned: frozenset[str] = frozenset(),
+        resume_grace_s: float = 20.0,
+        max_sessions: int = 20_000,
+    ) -> None:
+        if shards < 1:
+            raise ValueError("ShardRouter needs at least one shard")
+        self.shards = shards
+        self.pinned = pinned
+        self.resume_grace_s = resume_grace_s
+        self.max_sessions = max_sessions
+        # session -> (shard, forget at); the relay's open sessions have no deadline (inf).
+        self._sessions: OrderedDict[str, tuple[int, float]] = OrderedDict()
+
+    def route(self, message_text: str | bytes, now: float) -> int | None:
+        """The shard that should take a socket that sent this; None: not a join or resume."""
+        message = _object(message_text)
+        if message is None:
+            return None
+        kind = message.get("type")
+        if kind == "join":
+            room = message.get("room")
+            if not isinstance(room, str) or room in self.pinned:
+                return FRONT  # the front's hub rejects a malformed join
+            return shard_of(room, self.shards)
+        if kind == "resume":
+            session = message.get("session")
+            if isinstance(session, str):
+                entry = self._sessions.get(session)
+                if entry is not None and entry[1] > now:
+                    return entry[0]
+            return FRONT  # the front's own session, or unknown_session from the front
+        return None
+
+    def note_reply(self, shard: int, server_message: str, now: float) -> str | None:
+        """Read a message relayed back from ``shard``; returns the session a ``joined`` names."""
+        if '"joined"' not in server_message:
+            return None
+        message = _object(server_message)
+        if message is None or message.get("type") != "joined":
+            return None
+        session = message.get("session")
+        if not isinstance(session, str):
+            return None
+        self._sessions[session] = (shard, float("inf"))
+        self._sessions.move_to_end(session)
+        self._prune(now)
+        return session
+
+    def released(self, session: str, now: float) -> None:
+        """The relayed socket of ``session`` closed: keep routing resumes for the grace."""
+        entry = self._sessions.get(session)
+        if entry is not None:
+            self._sessions[session] = (entry[0], now + self.resume_grace_s)
+            self._sessions.move_to_end(session)
+
+    def session_count(self) -> int:
+        return len(self._sessions)
+
+    def _prune(self, now: float) -> None:
+        if len(self._sessions) <= self.max_sessions:
+            return
+        for session, (_, forget_at) in list(self._sessions.items()):
+            if forget_at <= now:
+                del self._sessions[session]
+        while len(self._sessions) > self.max_sessions:
+            self._sessions.popitem(last=False)

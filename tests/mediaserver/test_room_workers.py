@@ -1,0 +1,214 @@
+"""Room sharding with a real ``kefu serve`` and a room worker process (room_workers = 2).
+
+The front (shard 0) hosts the rooms whose id hashes to 0 and relays the signaling of the
+others to its worker; media goes straight to whichever process hosts the room.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import signal
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from conftest import KefuProcess, start_kefu
+
+from kefu.signaling.shards import shard_of
+from kefu.signaling.tokens import mint_token
+from loadtest.pcap import make_speech_wav
+from loadtest.webrtc import run_call
+
+pytestmark = pytest.mark.netns
+
+SECRET = "room-workers-test-secret-of-32-bytes-or-more"
+
+
+def room_on(shard: int, shards: int = 2) -> str:
+    while True:
+        room = f"shard-{secrets.token_hex(4)}"
+        if shard_of(room, shards) == shard:
+            return room
+
+
+def token(room: str, user: str | None = None) -> str:
+    return mint_token(SECRET, user or f"u-{secrets.token_hex(3)}", "customer", 600.0, room)
+
+
+def readyz(kefu: KefuProcess) -> dict[str, Any]:
+    try:
+        with urllib.request.urlopen(f"{kefu.http}/readyz", timeout=5) as resp:
+            return dict(json.loads(resp.read()))
+    except urllib.error.HTTPError as exc:  # 503 while a worker restarts
+        return dict(json.loads(exc.read()))
+
+
+def worker(kefu: KefuProcess) -> dict[str, Any]:
+    (only,) = readyz(kefu)["room_workers"]
+    return dict(only)
+
+
+async def until(check: Any, timeout_s: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = await asyncio.to_thread(check)
+        if value:
+            return value
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def sharded(tmp_path: Path):
+    kefu = start_kefu(
+        tmp_path,
+        env={
+            "KEFU_WEBRTC_ROOM_WORKERS": "2",
+            "KEFU_AUTH_JWT_SECRET": SECRET,
+            "KEFU_WEBRTC_ICE_HOST_ADDRESSES": "127.0.0.1",
+        },
+    )
+    yield kefu
+    kefu.stop()
+
+
+async def ws_send(ws: aiohttp.ClientWebSocketResponse, **message: Any) -> None:
+    await ws.send_str(json.dumps({"v": 1, **message}))
+
+
+async def ws_next(ws: aiohttp.ClientWebSocketResponse, kind: str) -> dict[str, Any]:
+    """The next message of ``kind`` (others, such as participant_joined, are skipped)."""
+    while True:
+        msg = await asyncio.wait_for(ws.receive(), 10.0)
+        assert msg.type is aiohttp.WSMsgType.TEXT, (msg.type, ws.close_code)
+        data = dict(json.loads(msg.data))
+        if data["type"] in (kind, "error"):
+            return data
+
+
+async def test_rooms_on_both_shards_carry_media_and_the_worker_hosts_its_own(
+    sharded: KefuProcess, tmp_path: Path
+) -> None:
+    front_room, worker_room = room_on(0), room_on(1)
+    wav = make_speech_wav(tmp_path / "in.wav", 3.0, 16000)
+    info = worker(sharded)
+    assert info["up"] and info["ready"] and info["pid"] != sharded.pid
+
+    calls = [
+        asyncio.create_task(
+            run_call(sharded.http, wav, tmp_path / f"out-{room}.wav", room=room, token=token(room))
+        )
+        for room in (front_room, worker_room)
+    ]
+    # While both calls run, the worker hosts exactly one room: the customer and the echo bot.
+    during = await until(lambda: worker(sharded)["participants"] == 2, 4.0, "worker's room")
+    assert during
+    assert worker(sharded)["rooms"] == 1
+    results = await asyncio.gather(*calls)
+    for summary in results:
+        assert summary["ok"], summary
+        assert summary["echo_correlation"] > 0.5, summary
+    # The front's /metrics adds the worker's counters to its own.
+    assert sharded.metric("kefu_webrtc_participants_joined_total") >= 4
+
+
+async def test_resume_reaches_the_worker_that_issued_the_session(sharded: KefuProcess) -> None:
+    room = room_on(1)
+    user = "resumer"
+    ws_url = sharded.http.replace("http://", "ws://") + "/ws?token="
+    async with aiohttp.ClientSession() as http:
+        ws = await http.ws_connect(ws_url + token(room, user))
+        await ws_send(ws, type="ping")  # answered by the front, decides nothing
+        assert (await ws_next(ws, "pong"))["type"] == "pong"
+        await ws_send(ws, type="join", room=room)
+        joined = await ws_next(ws, "joined")
+        assert joined["type"] == "joined", joined
+        await ws.close()
+        await until(lambda: worker(sharded)["participants"] >= 1, 4.0, "the worker's session")
+
+        again = await http.ws_connect(ws_url + token(room, user))
+        await ws_send(again, type="resume", session=joined["session"], token=token(room, user))
+        resumed = await ws_next(again, "joined")
+        assert resumed["type"] == "joined", resumed
+        assert resumed["participant"] == joined["participant"]
+        await ws_send(again, type="leave")
+        assert (await ws_next(again, "bye"))["reason"] == "left"
+        await again.close()
+
+
+async def test_bad_input_is_answered_by_the_front_before_any_routing(
+    sharded: KefuProcess,
+) -> None:
+    ws_url = sharded.http.replace("http://", "ws://") + "/ws?token="
+    room = room_on(1)
+    async with aiohttp.ClientSession() as http:
+        refused = await http.ws_connect(ws_url + "not-a-jwt")
+        assert (await ws_next(refused, "error"))["code"] == "bad_token"
+        await refused.receive()
+        assert refused.close_code == 4401
+
+        ws = await http.ws_connect(ws_url + token(room))
+        await ws.send_str("{not json")
+        assert (await ws_next(ws, "error"))["code"] == "bad_json"
+        await ws_send(ws, type="offer", sdp="v=0")
+        assert (await ws_next(ws, "error"))["code"] == "bad_state"
+        # The socket is still routable: its join goes to the worker.
+        await ws_send(ws, type="join", room=room)
+        assert (await ws_next(ws, "joined"))["type"] == "joined"
+        await until(lambda: worker(sharded)["rooms"] == 1, 4.0, "the room in the worker")
+        await ws.close()
+
+
+async def test_a_killed_worker_is_replaced_and_its_rooms_refuse_clearly_meanwhile(
+    sharded: KefuProcess,
+) -> None:
+    room = room_on(1)
+    ws_url = sharded.http.replace("http://", "ws://") + "/ws?token="
+    async with aiohttp.ClientSession() as http:
+        ws = await http.ws_connect(ws_url + token(room))
+        await ws_send(ws, type="join", room=room)
+        assert (await ws_next(ws, "joined"))["type"] == "joined"
+
+        old_pid = worker(sharded)["pid"]
+        os.kill(old_pid, signal.SIGKILL)  # our own grandchild, by PID
+        closed = await asyncio.wait_for(ws.receive(), 10.0)
+        assert closed.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
+        await until(lambda: not worker(sharded)["up"], 5.0, "the front to see the exit")
+
+        # While the worker restarts its rooms refuse with a stable code; front rooms serve.
+        refused = await http.ws_connect(ws_url + token(room))
+        await ws_send(refused, type="join", room=room)
+        assert (await ws_next(refused, "error"))["code"] == "room_unavailable"
+        await refused.receive()
+        assert refused.close_code == 1013
+        front_room = room_on(0)
+        served = await http.ws_connect(ws_url + token(front_room))
+        await ws_send(served, type="join", room=front_room)
+        assert (await ws_next(served, "joined"))["type"] == "joined"
+        await served.close()
+
+        back = await until(
+            lambda: (w := worker(sharded))["ready"] and w["pid"] != old_pid and w, 30.0, "restart"
+        )
+        assert back["restarts"] == 1
+        again = await http.ws_connect(ws_url + token(room))
+        await ws_send(again, type="join", room=room)
+        assert (await ws_next(again, "joined"))["type"] == "joined"
+        await again.close()
+    assert "room_worker_exited" in {e.get("event") for e in sharded.events()}
+
+
+def test_stopping_the_front_stops_its_workers(tmp_path: Path) -> None:
+    kefu = start_kefu(
+        tmp_path, env={"KEFU_WEBRTC_ROOM_WORKERS": "2", "KEFU_AUTH_JWT_SECRET": SECRET}
+    )
+    pid = worker(kefu)["pid"]
+    assert kefu.stop() == 0
+    # The front waits for (and reaps) its workers before it exits.
+    assert not Path(f"/proc/{pid}").exists()
