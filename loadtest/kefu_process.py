@@ -32,6 +32,7 @@ __all__ = [
     "cpu_percent",
     "cpu_seconds",
     "load_average",
+    "process_tree",
     "read_json_log",
     "rss_kib",
     "sample_cpu",
@@ -50,6 +51,21 @@ def cpu_seconds(pid: int) -> float:
     # The command name may contain spaces and parentheses: split after the last ')'.
     fields = text[text.rindex(")") + 2 :].split()
     return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants, parents first (proc(5) /proc/PID/task/TID/children):
+    kefu's room workers are its children."""
+    out, todo = [], [pid]
+    while todo:
+        current = todo.pop(0)
+        out.append(current)
+        try:
+            for task in Path(f"/proc/{current}/task").iterdir():
+                todo.extend(int(c) for c in (task / "children").read_text().split())
+        except OSError:
+            continue
+    return out
 
 
 def rss_kib(pid: int) -> int:

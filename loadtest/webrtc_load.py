@@ -43,6 +43,7 @@ from loadtest.kefu_process import (
     KefuProcess,
     cpu_percent,
     load_average,
+    process_tree,
     rss_kib,
     sample_cpu,
     start_kefu,
@@ -188,14 +189,16 @@ def run_load(
     try:
         ready = [_receive(link, READY_TIMEOUT_S * 2) for link in links]
         wait_wall(warmup)
-        pids = {"server": server.pid, **{f"w{i}": p.pid or 0 for i, p in enumerate(procs)}}
+        # kefu's room workers (its children) are part of the server.
+        server_pids = {f"server{i}": pid for i, pid in enumerate(process_tree(server.pid))}
+        pids = {**server_pids, **{f"w{i}": p.pid or 0 for i, p in enumerate(procs)}}
         before_counters, cpu0 = server.counters(), sample_cpu(pids)
         before = _ask_all(links, "mark")
         with py_spy(server.pid, profile, seconds):
             wait_wall(seconds)
             after = _ask_all(links, "mark")
             cpu1, after_counters = sample_cpu(pids), server.counters()
-            rss = rss_kib(server.pid) / 1024
+            rss = sum(rss_kib(pid) for pid in server_pids.values()) / 1024
         for link in links:
             link.send("close")
         for link in links:
@@ -222,7 +225,12 @@ def run_load(
     # compare with what the room's other participants sent instead.
     stalled = sum(1 for p in per_participant if p["received"] < 0.9 * p["expected"])
     streams = rooms * per_room * (per_room - 1)
-    cpu = round(cpu_percent(cpu0, cpu1, "server"), 1)
+    by_process = {
+        label: round(cpu_percent(cpu0, cpu1, label), 1)
+        for label in server_pids
+        if cpu_percent(cpu0, cpu1, label) == cpu_percent(cpu0, cpu1, label)  # not NaN
+    }
+    cpu = round(sum(by_process.values()), 1)
     forwarded = after_counters.get("forwarded", 0) - before_counters.get("forwarded", 0)
     summary: dict[str, Any] = {
         "benchmark": "webrtc-load",
@@ -257,6 +265,7 @@ def run_load(
             "vs_sent": _pct(max(0, sent * (per_room - 1) - received), sent * (per_room - 1)),
         },
         "server_cpu_pct": round(cpu, 1),
+        "server_cpu_pct_by_process": list(by_process.values()),
         "server_cpu_pct_per_participant": round(cpu / (rooms * per_room), 3),
         "server_us_per_forwarded_packet": round(1e6 * (cpu / 100) / (received / seconds), 1)
         if received
@@ -351,10 +360,11 @@ def kefu_server(target: str, pid: int, *, config_path: str | None = None) -> Ser
     )
 
 
-def _start_echo_kefu(workdir: Path, *, uvloop: bool = True) -> KefuProcess:
+def _start_echo_kefu(workdir: Path, *, uvloop: bool = True, room_workers: int = 1) -> KefuProcess:
     """``kefu serve --media-mode echo`` on loopback ports of its choosing, ICE host candidates
     on 127.0.0.1 only and a fresh JWT secret."""
     env = {
+        "KEFU_WEBRTC_ROOM_WORKERS": str(room_workers),
         "KEFU_WEBRTC_ICE_HOST_ADDRESSES": "127.0.0.1",
         "KEFU_SERVER_STATE_DIR": str(workdir / "state"),
         "KEFU_AUTH_JWT_SECRET": secrets.token_urlsafe(24),
@@ -432,11 +442,15 @@ HEADER = (
 def row(s: dict[str, Any]) -> str:
     c, loss, delta = s["connect_ms"], s["loss_pct"], s["server_counters_delta"]
     fwd = f"{delta.get('forwarded', 0):.0f}/{delta.get('dropped', 0):.0f}" if delta else "n/a"
+    cpu = str(s["server_cpu_pct"])
+    split = s.get("server_cpu_pct_by_process", [])
+    if len(split) > 1:  # the front and its room workers (and any other child)
+        cpu += " (" + " + ".join(str(x) for x in split) + ")"
     return (
         f"| {s['server']} | {s['rooms']} x {s['per_room']} | {s['participants']} | "
         f"{c['p50']}/{c['p99']} | {s['packets']['received_per_participant']['median']} | "
         f"{loss['missing']}/{loss['gaps']}/{loss['worst_participant']} | "
-        f"{s['server_cpu_pct']} | {s['server_cpu_pct_per_participant']} | "
+        f"{cpu} | {s['server_cpu_pct_per_participant']} | "
         f"{s['server_us_per_forwarded_packet']} | {s['server_rss_mib']} | {fwd} | "
         f"{'/'.join(str(x) for x in s['worker_cpu_pct'])} | "
         f"{' '.join(str(x) for x in s['load_avg'])} | {'yes' if s['pass'] else 'no'} |"
@@ -476,7 +490,10 @@ def add_arguments(parser: Any) -> None:
     parser.add_argument("--per-room", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=10.0, help="measurement window")
     parser.add_argument("--warmup", type=float, default=2.0, help="after every stream flows")
-    parser.add_argument("--workers", type=int, default=2, choices=(1, 2))
+    parser.add_argument("--workers", type=int, default=2, choices=(1, 2), help="client processes")
+    parser.add_argument(
+        "--room-workers", type=int, default=1, help="--start-kefu: kefu's webrtc.room_workers"
+    )
     parser.add_argument("--join-concurrency", type=int, default=4, help="joins in flight/worker")
     parser.add_argument("--config", default=None, help="kefu config (JWT secret) for --target")
     parser.add_argument("--no-uvloop", action="store_true", help="kefu and clients on asyncio")
@@ -497,7 +514,11 @@ def main(args: Any) -> int:
     profile = Path(args.profile).resolve() if args.profile else None
     uvloop = not args.no_uvloop
     with tempfile.TemporaryDirectory(prefix="kefu-webrtc-load-") as tmp:
-        kefu_proc = _start_echo_kefu(Path(tmp), uvloop=uvloop) if args.start_kefu else None
+        kefu_proc = (
+            _start_echo_kefu(Path(tmp), uvloop=uvloop, room_workers=args.room_workers)
+            if args.start_kefu
+            else None
+        )
         try:
             if kefu_proc is not None:
                 target = f"http://127.0.0.1:{kefu_proc.http_port}"

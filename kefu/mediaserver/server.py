@@ -201,13 +201,14 @@ class KefuServer:
         for call in list(self.calls.values()):
             await self._end_call(call, "shutdown", CallInput.HANGUP)
         await self.sip.close()
+        if self.room_workers is not None:
+            # Workers first: their hubs say bye (shutdown) through the relays still open.
+            await self.room_workers.close(self.config.calls.drain_timeout + 5.0)
         if self.relay is not None:
             await self.relay.close()
         if self._http:
             await self._http.cleanup()
         await self.rooms.close()
-        if self.room_workers is not None:
-            await self.room_workers.close(self.config.calls.drain_timeout + 5.0)
         if self.ai is not None:
             await self.ai.close()
         for task in list(self._tasks):

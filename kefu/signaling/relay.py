@@ -35,6 +35,8 @@ log = structlog.get_logger("kefu.signaling.relay")
 
 CLIENT_IP_HEADER = "X-Kefu-Client-Ip"
 RELAY_KEY_HEADER = "X-Kefu-Relay-Key"
+CONNECT_TIMEOUT_S = 5.0
+"""A worker that does not take the WebSocket in this long counts as unavailable."""
 CLOSE_TRY_AGAIN = 1013
 """RFC 6455 §7.4.1 'Try Again Later': the room's worker is restarting."""
 
@@ -117,17 +119,22 @@ class ShardRelay:
             return None
         session = self._sessions.get(path)
         if session is None or session.closed:
-            session = aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=path))
+            # Every relayed socket holds one connection for its lifetime: no pool limit
+            # (aiohttp's default of 100 would stall the 101st join).
+            session = aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=path, limit=0))
             self._sessions[path] = session
         try:
-            return await session.ws_connect(
-                f"http://room-worker/ws?token={quote(token, safe='')}",
-                headers={CLIENT_IP_HEADER: ip, RELAY_KEY_HEADER: self._key},
-                max_msg_size=self._read_limit,
-                autoping=True,
-                timeout=aiohttp.ClientWSTimeout(ws_close=2.0),
+            return await asyncio.wait_for(
+                session.ws_connect(
+                    f"http://room-worker/ws?token={quote(token, safe='')}",
+                    headers={CLIENT_IP_HEADER: ip, RELAY_KEY_HEADER: self._key},
+                    max_msg_size=self._read_limit,
+                    autoping=True,
+                    timeout=aiohttp.ClientWSTimeout(ws_close=2.0),
+                ),
+                CONNECT_TIMEOUT_S,
             )
-        except (aiohttp.ClientError, OSError) as exc:
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             log.warning("relay_connect_failed", shard=shard, error=str(exc))
             return None
 

@@ -64,9 +64,8 @@ async def until(check: Any, timeout_s: float, what: str) -> Any:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-@pytest.fixture
-def sharded(tmp_path: Path):
-    kefu = start_kefu(
+def start_sharded(tmp_path: Path) -> KefuProcess:
+    return start_kefu(
         tmp_path,
         env={
             "KEFU_WEBRTC_ROOM_WORKERS": "2",
@@ -74,6 +73,11 @@ def sharded(tmp_path: Path):
             "KEFU_WEBRTC_ICE_HOST_ADDRESSES": "127.0.0.1",
         },
     )
+
+
+@pytest.fixture
+def sharded(tmp_path: Path):
+    kefu = start_sharded(tmp_path)
     yield kefu
     kefu.stop()
 
@@ -142,6 +146,32 @@ async def test_resume_reaches_the_worker_that_issued_the_session(sharded: KefuPr
         await again.close()
 
 
+async def test_more_relayed_sockets_than_a_connection_pool_holds(sharded: KefuProcess) -> None:
+    # aiohttp pools 100 connections per client session by default; each relayed socket
+    # holds one for its lifetime, so the 101st join used to wait forever.
+    n = 110
+    ws_url = sharded.http.replace("http://", "ws://") + "/ws?token="
+    rooms = [room_on(1) for _ in range(10)]  # 11 each; the worker takes 100 rooms at most
+    sessions, sockets = [], []
+    try:
+        for i in range(n):
+            room = rooms[i % len(rooms)]
+            jwt = mint_token(SECRET, f"pool-{i}", "admin", 600.0, room)  # admin: no bot
+            # One source address each: the per-IP connection limit is not under test.
+            connector = aiohttp.TCPConnector(local_addr=(f"127.1.0.{i + 1}", 0))
+            http = aiohttp.ClientSession(connector=connector)
+            sessions.append(http)
+            ws = await http.ws_connect(ws_url + jwt)
+            sockets.append(ws)
+            await ws_send(ws, type="join", room=room)
+        replies = await asyncio.gather(*(ws_next(ws, "joined") for ws in sockets))
+        assert [r["type"] for r in replies] == ["joined"] * n, [r for r in replies if "code" in r]
+        await until(lambda: worker(sharded)["participants"] == n, 5.0, "all in the worker")
+    finally:
+        for http in sessions:
+            await http.close()
+
+
 async def test_bad_input_is_answered_by_the_front_before_any_routing(
     sharded: KefuProcess,
 ) -> None:
@@ -204,11 +234,18 @@ async def test_a_killed_worker_is_replaced_and_its_rooms_refuse_clearly_meanwhil
     assert "room_worker_exited" in {e.get("event") for e in sharded.events()}
 
 
-def test_stopping_the_front_stops_its_workers(tmp_path: Path) -> None:
-    kefu = start_kefu(
-        tmp_path, env={"KEFU_WEBRTC_ROOM_WORKERS": "2", "KEFU_AUTH_JWT_SECRET": SECRET}
-    )
-    pid = worker(kefu)["pid"]
-    assert kefu.stop() == 0
+async def test_stopping_the_front_says_bye_from_its_workers_and_stops_them(
+    tmp_path: Path,
+) -> None:
+    kefu = start_sharded(tmp_path)
+    room = room_on(1)
+    ws_url = kefu.http.replace("http://", "ws://") + "/ws?token="
+    async with aiohttp.ClientSession() as http:
+        ws = await http.ws_connect(ws_url + token(room))
+        await ws_send(ws, type="join", room=room)
+        assert (await ws_next(ws, "joined"))["type"] == "joined"
+        pid = worker(kefu)["pid"]
+        assert await asyncio.to_thread(kefu.stop) == 0
+        assert (await ws_next(ws, "bye"))["reason"] == "shutdown"
     # The front waits for (and reaps) its workers before it exits.
-    assert not Path(f"/proc/{pid}").exists()
+    assert not await asyncio.to_thread(Path(f"/proc/{pid}").exists)
