@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 
 import numpy as np
@@ -20,12 +21,20 @@ def tone_strength(pcm: np.ndarray, freq: float, rate: int = 48000) -> float:
 
 
 def udp_sockets() -> int:
-    """UDP sockets open in this network namespace (the test owns the whole namespace)."""
-    count = 0
+    """UDP sockets this process holds (other processes in the namespace do not count)."""
+    inodes: set[str] = set()
     for name in ("/proc/net/udp", "/proc/net/udp6"):
         path = Path(name)
         if path.exists():
-            count += len(path.read_text().splitlines()) - 1
+            inodes.update(line.split()[9] for line in path.read_text().splitlines()[1:])
+    count = 0
+    for fd in Path("/proc/self/fd").iterdir():
+        try:
+            link = os.readlink(fd)
+        except OSError:
+            continue
+        if link.startswith("socket:[") and link[8:-1] in inodes:
+            count += 1
     return count
 
 
