@@ -118,7 +118,7 @@ class WebRtcConfig:
     max_participants_per_room: int = 16
     max_rooms: int = 200
     """Rooms on this node, all room workers together."""
-    room_workers: int = 1
+    room_workers: int = 0
     """Processes hosting WebRTC rooms (one Python process uses one core); 0: one per CPU."""
 
 

@@ -34,6 +34,8 @@ def test_toml_then_env_then_overrides(tmp_path):
         ('[rtp]\nports = "5-4"\n', "rtp.ports"),
         ("[sip]\nbogus = 1\n", "sip.bogus"),
         ('[sip]\nallow_from = ["10.0.0.0/33"]\n', "sip.allow_from"),
+        ("[webrtc]\nroom_workers = -2\n", "webrtc.room_workers"),
+        ('[webrtc]\nroom_workers = "many"\n', "webrtc.room_workers"),
         ("[nosuch]\nx = 1\n", "nosuch"),
         ("[sip\n", "--config"),
     ],
