@@ -246,7 +246,7 @@ class CallAgent:
         if listener is None or self._closed:
             return
         listener.feed(pcm16k, now)
-        self._check_barge(now)
+        self._check_barge()
         deadline = listener.get_timer()
         if deadline != self._timer_at:
             # The endpointer's timer only matters when audio stops (hold, DTX).
@@ -293,12 +293,12 @@ class CallAgent:
         self._barge = _Barge(ev.turn_id, ev.at, now)
         self._log.info("barge_in_paused", turn_id=ev.turn_id, ms=round((now - ev.at) * 1000))
 
-    def _check_barge(self, now: float) -> None:
+    def _check_barge(self) -> None:
         b = self._barge
         if b is None or b.flushed or self.listener is None:
             return
         ep = self.listener.endpointer
-        long_enough = now - b.speech_start >= self.settings.barge_in_min_ms / 1000
+        long_enough = ep.speech_audio_s >= self.settings.barge_in_min_ms / 1000
         # Strong voice right now, not the end-threshold hangover that trails a short "uh-huh".
         voiced = ep.last_probability >= ep.config.start_threshold
         if long_enough and voiced and ep.turn_id == b.turn_id and ep.state == "speech":

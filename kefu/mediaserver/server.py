@@ -41,10 +41,10 @@ from kefu.rtp.ports import PortAllocator
 from kefu.sfu.api import PeerSettings, Sfu
 from kefu.signaling.http import build_app
 from kefu.signaling.hub import SignalingHub
-from kefu.signaling.relay import RELAY_KEY_HEADER, ShardRelay
+from kefu.signaling.relay import ShardRelay
 from kefu.signaling.settings import SignalingSettings
 from kefu.signaling.shards import ShardRouter
-from kefu.signaling.ws import READ_LIMIT, add_signaling_routes
+from kefu.signaling.ws import READ_LIMIT, add_signaling_routes, key_matches
 from kefu.sip import ua as sipua
 from kefu.sip import ua_events as sipev
 from kefu.sip.aio import SipTransport
@@ -169,7 +169,7 @@ class KefuServer:
         add_signaling_routes(app, self.signaling, relay_key=spec.key)
 
         async def status(request: web.Request) -> web.Response:
-            if request.headers.get(RELAY_KEY_HEADER) != spec.key:
+            if not key_matches(request, spec.key):
                 return web.json_response({"error": {"code": "forbidden"}}, status=403)
             ready, _ = self.ready()
             return web.json_response(

@@ -5,13 +5,15 @@ upgrade, hands the token to the hub (which rate limits and authenticates, closin
 4429 when it refuses) and feeds every text message to the hub until the socket closes.
 The protocol itself is in protocol.py and documented in docs/signaling.md.
 
-With room sharding (``relay``), the socket's first message picks the process hosting the
-room; sockets for rooms elsewhere are handed to :class:`~kefu.signaling.relay.ShardRelay`
+With room sharding (``relay``), the socket's first join or resume picks the process hosting
+the room; sockets for rooms elsewhere are handed to :class:`~kefu.signaling.relay.ShardRelay`
 and leave this hub. A room worker (``relay_key``) takes the client address from the
 front's header when the shared key matches.
 """
 
 from __future__ import annotations
+
+import hmac
 
 from aiohttp import WSMessage, WSMsgType, web
 
@@ -25,6 +27,12 @@ HUB_KEY = web.AppKey("kefu_signaling_hub", SignalingHub)
 # Messages between 64 KiB and this are answered with a too_large error and the socket stays
 # open; bigger ones make aiohttp close the socket with 1009 before we read them into memory.
 READ_LIMIT = 4 * MAX_MESSAGE_BYTES
+
+
+def key_matches(request: web.Request, key: str) -> bool:
+    """The front's relay key is in the request (constant time; any header bytes are safe)."""
+    given = request.headers.get(RELAY_KEY_HEADER, "").encode("utf-8", "surrogateescape")
+    return hmac.compare_digest(given, key.encode())
 
 
 def add_signaling_routes(
@@ -45,7 +53,7 @@ def add_signaling_routes(
 
     def client_ip(request: web.Request) -> str:
         forwarded = request.headers.get(CLIENT_IP_HEADER)
-        if relay_key and forwarded and request.headers.get(RELAY_KEY_HEADER) == relay_key:
+        if relay_key and forwarded and key_matches(request, relay_key):
             return forwarded
         return request.remote or "unknown"
 

@@ -185,6 +185,7 @@ class Endpointer:
         self._voiced_run = 0  # consecutive voiced chunks (PENDING / resume in PAUSE)
         self._voiced_total = 0  # voiced chunks in the current turn
         self._speech_start_at = 0.0
+        self._speech_start_sample = 0  # _samples_seen at the end of the first voiced chunk
         self._speech_end_at = 0.0
         self._speech_end_chunk = 0  # chunk count (in _chunks) at the end of speech
         self._silent_chunks = 0
@@ -199,6 +200,14 @@ class Endpointer:
     @property
     def in_turn(self) -> bool:
         return self._state in (_State.SPEECH, _State.PAUSE)
+
+    @property
+    def speech_audio_s(self) -> float:
+        """Seconds of audio since the open turn's speech began, by the audio's own clock: a
+        busy event loop that hands over frames late does not make the voice longer."""
+        if not self.in_turn:
+            return 0.0
+        return (self._samples_seen - self._speech_start_sample) / SAMPLE_RATE
 
     @property
     def turn_id(self) -> int:
@@ -281,6 +290,7 @@ class Endpointer:
                 self._pre_roll.clear()
                 self._voiced_run = 1
                 self._speech_start_at = t_end - _CHUNK_S
+                self._speech_start_sample = self._samples_seen - CHUNK_SAMPLES
                 self._maybe_open(t_end, events)
             else:
                 self._go("silence")

@@ -225,3 +225,16 @@ def test_noise_and_clipping_do_not_make_endless_speech(kind: str) -> None:
     for e in f.events:
         if isinstance(e, TurnEnded):
             assert len(e.audio) / 16000 <= 21
+
+
+def test_speech_duration_follows_the_audio_not_the_wall_clock() -> None:
+    ep = Endpointer(EndpointConfig(), vad=LevelVad())
+    assert ep.speech_audio_s == 0.0
+    ep.feed(silence(0.2), now=10.0)
+    # 0.256 s of voice (8 VAD chunks) handed over in one late batch, stamped 5 s later:
+    # a backlog on the event loop must not make the caller's voice last longer.
+    ep.feed(tone(0.256), now=15.0)
+    assert ep.in_turn
+    assert ep.speech_audio_s == pytest.approx(0.256, abs=0.033)
+    ep.feed(silence(2.0), now=17.0)
+    assert not ep.in_turn and ep.speech_audio_s == 0.0
