@@ -96,6 +96,16 @@ async def ws_next(ws: aiohttp.ClientWebSocketResponse, kind: str) -> dict[str, A
             return data
 
 
+async def joined_socket(
+    http: aiohttp.ClientSession, kefu: KefuProcess, room: str
+) -> aiohttp.ClientWebSocketResponse:
+    """A customer socket that has joined ``room``."""
+    ws = await http.ws_connect(kefu.http.replace("http://", "ws://") + "/ws?token=" + token(room))
+    await ws_send(ws, type="join", room=room)
+    assert (await ws_next(ws, "joined"))["type"] == "joined"
+    return ws
+
+
 async def test_rooms_on_both_shards_carry_media_and_the_worker_hosts_its_own(
     sharded: KefuProcess, tmp_path: Path
 ) -> None:
@@ -201,9 +211,7 @@ async def test_a_killed_worker_is_replaced_and_its_rooms_refuse_clearly_meanwhil
     room = room_on(1)
     ws_url = sharded.http.replace("http://", "ws://") + "/ws?token="
     async with aiohttp.ClientSession() as http:
-        ws = await http.ws_connect(ws_url + token(room))
-        await ws_send(ws, type="join", room=room)
-        assert (await ws_next(ws, "joined"))["type"] == "joined"
+        ws = await joined_socket(http, sharded, room)
 
         old_pid = worker(sharded)["pid"]
         os.kill(old_pid, signal.SIGKILL)  # our own grandchild, by PID
@@ -217,20 +225,13 @@ async def test_a_killed_worker_is_replaced_and_its_rooms_refuse_clearly_meanwhil
         assert (await ws_next(refused, "error"))["code"] == "room_unavailable"
         await refused.receive()
         assert refused.close_code == 1013
-        front_room = room_on(0)
-        served = await http.ws_connect(ws_url + token(front_room))
-        await ws_send(served, type="join", room=front_room)
-        assert (await ws_next(served, "joined"))["type"] == "joined"
-        await served.close()
+        await (await joined_socket(http, sharded, room_on(0))).close()
 
         back = await until(
             lambda: (w := worker(sharded))["ready"] and w["pid"] != old_pid and w, 30.0, "restart"
         )
         assert back["restarts"] == 1
-        again = await http.ws_connect(ws_url + token(room))
-        await ws_send(again, type="join", room=room)
-        assert (await ws_next(again, "joined"))["type"] == "joined"
-        await again.close()
+        await (await joined_socket(http, sharded, room)).close()
     assert "room_worker_exited" in {e.get("event") for e in sharded.events()}
 
 
@@ -238,12 +239,8 @@ async def test_stopping_the_front_says_bye_from_its_workers_and_stops_them(
     tmp_path: Path,
 ) -> None:
     kefu = start_sharded(tmp_path)
-    room = room_on(1)
-    ws_url = kefu.http.replace("http://", "ws://") + "/ws?token="
     async with aiohttp.ClientSession() as http:
-        ws = await http.ws_connect(ws_url + token(room))
-        await ws_send(ws, type="join", room=room)
-        assert (await ws_next(ws, "joined"))["type"] == "joined"
+        ws = await joined_socket(http, kefu, room_on(1))
         pid = worker(kefu)["pid"]
         assert await asyncio.to_thread(kefu.stop) == 0
         assert (await ws_next(ws, "bye"))["reason"] == "shutdown"
