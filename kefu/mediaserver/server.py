@@ -95,9 +95,9 @@ class KefuServer:
             max_rooms=math.ceil(config.webrtc.max_rooms / self.shards),
         )
         sip_room = config.calls.sip_room
-        self.rooms = RoomService(
-            Sfu(peer), no_bot_rooms=frozenset({sip_room}) if sip_room else frozenset()
-        )
+        # The SIP room: SIP legs join it in this process, and it has no bot.
+        self._sip_rooms = frozenset({sip_room}) if sip_room else frozenset()
+        self.rooms = RoomService(Sfu(peer), no_bot_rooms=self._sip_rooms)
         self.metrics.watch_sfu(self._sfu_stats)
         self.signaling = SignalingHub(
             self.rooms,
@@ -134,10 +134,9 @@ class KefuServer:
         if self.shards > 1:
             self.room_workers = RoomWorkers(self.config, self.shards - 1, uvloop_ok=self._uvloop_ok)
             await self.room_workers.start()
-            sip_room = self.config.calls.sip_room
             router = ShardRouter(
                 self.shards,
-                pinned=frozenset({sip_room}) if sip_room else frozenset(),
+                pinned=self._sip_rooms,
                 resume_grace_s=self.signaling.settings.resume_grace_s + 5.0,
             )
             self.relay = ShardRelay(

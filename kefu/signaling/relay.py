@@ -60,15 +60,9 @@ class ShardRelay:
         self._clock = clock
         self._sessions: dict[str, aiohttp.ClientSession] = {}
         self._relays: set[asyncio.Task[None]] = set()
-        self.relayed_total = 0
-        self.refused_total = 0
 
     def route(self, message: str) -> int | None:
         return self.router.route(message, self._clock())
-
-    @property
-    def active(self) -> int:
-        return len(self._relays)
 
     async def relay(
         self, client: web.WebSocketResponse, shard: int, token: str, ip: str, first: str
@@ -76,13 +70,11 @@ class ShardRelay:
         """Carry ``client`` to ``shard`` until either side closes."""
         upstream = await self._connect(shard, token, ip)
         if upstream is None:
-            self.refused_total += 1
             error = p.Error("room_unavailable", "the room's worker is restarting, try again")
             with contextlib.suppress(ConnectionError, RuntimeError):
                 await client.send_str(p.serialize(error))
                 await client.close(code=CLOSE_TRY_AGAIN, message=b"room_unavailable")
             return
-        self.relayed_total += 1
         task = asyncio.current_task()
         assert task is not None
         self._relays.add(task)
