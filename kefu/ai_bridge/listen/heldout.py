@@ -95,13 +95,24 @@ def piper_voice() -> object:
 
 
 def speak(
-    voice: object, text: str, *, length_scale: float = 1.0, noise_scale: float = 0.667
+    voice: object,
+    text: str,
+    *,
+    length_scale: float = 1.0,
+    noise_scale: float = 0.667,
+    noise_w_scale: float | None = None,
 ) -> NDArray[np.int16]:
-    """Synthesize ``text`` and resample piper's 22.05 kHz output to 16 kHz int16."""
+    """Synthesize ``text`` and resample piper's 22.05 kHz output to 16 kHz int16.
+
+    Piper samples its noise afresh on every call; zero both noise scales for the same audio
+    every time (tests whose thresholds must not depend on the draw).
+    """
     import soxr
     from piper import SynthesisConfig
 
-    cfg = SynthesisConfig(length_scale=length_scale, noise_scale=noise_scale)
+    cfg = SynthesisConfig(
+        length_scale=length_scale, noise_scale=noise_scale, noise_w_scale=noise_w_scale
+    )
     chunks = [c.audio_int16_array for c in voice.synthesize(text, cfg)]  # type: ignore[attr-defined]
     audio = np.concatenate(chunks)
     rate = int(voice.config.sample_rate)  # type: ignore[attr-defined]

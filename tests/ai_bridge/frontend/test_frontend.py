@@ -27,7 +27,9 @@ needs_speex = pytest.mark.skipif(
 def speech16k() -> np.ndarray:
     from kefu.ai_bridge.listen.heldout import piper_voice, speak
 
-    return speak(piper_voice(), "I want to cancel my subscription and get a refund please.")
+    # Deterministic: the echo and denoise thresholds below must not depend on piper's noise draw.
+    text = "I want to cancel my subscription and get a refund please."
+    return speak(piper_voice(), text, noise_scale=0.0, noise_w_scale=0.0)
 
 
 def _snr_db(ref: np.ndarray, est: np.ndarray) -> float:
@@ -117,7 +119,7 @@ def test_aec_reduces_echo_15db(speech16k: np.ndarray, rate: int) -> None:
     from kefu.ai_bridge.frontend.aec import EchoCanceller, erle_db
     from kefu.codecs.resample import resample
 
-    far16 = np.concatenate([speech16k, speech16k])
+    far16 = np.concatenate([speech16k] * 3)
     far = resample(far16, 16000, rate) if rate != 16000 else far16
     near = _echo_path(far, rate)
     aec = EchoCanceller(rate)
@@ -128,8 +130,8 @@ def test_aec_reduces_echo_15db(speech16k: np.ndarray, rate: int) -> None:
         outs.append(aec.process(near[i : i + 123]))
     out = np.concatenate(outs)
     assert out.dtype == np.int16 and len(near) - aec.frame_samples < len(out) <= len(near)
-    half = len(out) // 2  # after the adaptive filter has converged
-    assert erle_db(near[half : len(out)], out[half:]) >= 15.0
+    settled = len(out) * 2 // 3  # the last repetition, after the adaptive filter has converged
+    assert erle_db(near[settled : len(out)], out[settled:]) >= 15.0
     assert aec.far_dropped == 0
 
 
