@@ -120,6 +120,41 @@ def silence_chunk(pause_ms: float, sample_rate: int, *, is_last: bool = False) -
     )
 
 
+LEAD_THRESHOLD = 300
+"""Sample magnitude (about -40 dBFS) below which a reply's first samples count as silence."""
+LEAD_KEEP_MS = 5.0
+"""Silence kept before the first audible sample, so a soft onset is not clipped."""
+
+
+def trim_lead(chunk: TtsChunk) -> TtsChunk:
+    """Drop the silence a voice puts before its first phoneme (piper: 25-45 ms).
+
+    Applied to the first clause of a reply only: there it is pure waiting for the caller,
+    while between clauses it is part of the pause. Phoneme marks move with the audio.
+    """
+    loud = np.flatnonzero(np.abs(chunk.pcm.astype(np.int32)) > LEAD_THRESHOLD)
+    if not loud.size:
+        return chunk
+    cut = int(loud[0]) - round(chunk.sample_rate * LEAD_KEEP_MS / 1000.0)
+    if cut <= 0:
+        return chunk
+    cut_ms = 1000.0 * cut / chunk.sample_rate
+    marks: list[PhonemeMark] = []
+    for mark in chunk.phonemes:
+        end = mark.start_ms + mark.duration_ms
+        if end <= cut_ms:
+            continue
+        start = max(mark.start_ms - cut_ms, 0.0)
+        marks.append(PhonemeMark(mark.phoneme, start, end - cut_ms - start))
+    return TtsChunk(
+        chunk.pcm[cut:].copy(), chunk.sample_rate, chunk.text, tuple(marks), chunk.is_last
+    )
+
+
+def _render_trimmed(render: Callable[[], TtsChunk]) -> TtsChunk:
+    return trim_lead(render())
+
+
 def with_last_flag(chunk: TtsChunk, is_last: bool) -> TtsChunk:
     if chunk.is_last == is_last:
         return chunk
@@ -205,7 +240,8 @@ class ClauseEngine(ABC, Generic[StyleT]):
         jobs: list[Callable[[], TtsChunk]] = []
         for seg in self.plan(text, emotion, rate):
             if seg.text:
-                jobs.append(partial(self.render, seg.text, self.style(seg), seg.pause_ms))
+                job = partial(self.render, seg.text, self.style(seg), seg.pause_ms)
+                jobs.append(partial(_render_trimmed, job) if not jobs else job)
             else:
                 jobs.append(partial(silence_chunk, seg.pause_ms, self.sample_rate))
         return jobs

@@ -9,7 +9,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kefu.ai_bridge.speak.base import TtsChunk, TtsEngine, TtsError
+from kefu.ai_bridge.speak.base import (
+    LEAD_THRESHOLD,
+    PhonemeMark,
+    TtsChunk,
+    TtsEngine,
+    TtsError,
+    trim_lead,
+)
 from kefu.ai_bridge.speak.espeak_engine import EspeakEngine
 from kefu.ai_bridge.speak.piper_engine import SILENCE, PiperEngine, alignment_marks
 
@@ -74,6 +81,41 @@ async def test_piper_speaks_with_alignments(piper: PiperEngine) -> None:
         assert np.abs(chunk.pcm).max() > 8000
         assert_marks_cover(chunk)
         assert sum(m.phoneme != SILENCE for m in chunk.phonemes) >= 3
+
+
+def _lead_ms(chunk: TtsChunk) -> float:
+    return float(
+        1000 * np.argmax(np.abs(chunk.pcm.astype(int)) > LEAD_THRESHOLD) / chunk.sample_rate
+    )
+
+
+async def test_a_reply_starts_at_its_first_phoneme(piper: PiperEngine) -> None:
+    chunks = await collect(piper, "Your order ships tomorrow. It is on its way.")
+    assert _lead_ms(chunks[0]) <= 6  # the reply's first clause starts at once ...
+    assert _lead_ms(chunks[1]) > 20  # ... later clauses keep piper's lead-in: part of the pause
+
+
+def test_trim_lead_moves_the_marks_with_the_audio(piper: PiperEngine) -> None:
+    from kefu.ai_bridge.speak.emotion import piper_style
+
+    raw = piper.render("Your order ships tomorrow.", piper_style("neutral"))
+    trimmed = trim_lead(raw)
+    assert _lead_ms(raw) > 20 and _lead_ms(trimmed) <= 6
+    shift = raw.duration_ms - trimmed.duration_ms
+    assert shift == pytest.approx(_lead_ms(raw) - _lead_ms(trimmed), abs=0.1)
+    assert_marks_cover(trimmed)
+    voiced = [m for m in raw.phonemes if m.phoneme != SILENCE]
+    moved = [m for m in trimmed.phonemes if m.phoneme != SILENCE]
+    assert [m.phoneme for m in moved] == [m.phoneme for m in voiced]
+    assert [m.start_ms for m in moved] == pytest.approx([m.start_ms - shift for m in voiced])
+
+
+def test_trim_lead_keeps_quiet_and_prompt_chunks_whole() -> None:
+    silent = TtsChunk(np.zeros(2205, np.int16), 22050, "", ())
+    assert trim_lead(silent) is silent
+    loud = np.full(2205, 5000, np.int16)
+    prompt = TtsChunk(loud, 22050, "a", (PhonemeMark("a", 0.0, 100.0),))
+    assert trim_lead(prompt) is prompt
 
 
 async def test_piper_happy_and_sad_sound_different(piper: PiperEngine, f0: F0) -> None:
