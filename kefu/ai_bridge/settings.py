@@ -30,8 +30,9 @@ class AiSettings:
     """Deadline for the LLM's first token; past it the KB answer is spoken."""
     llm_total_s: float = 10.0
     """Deadline for the whole LLM answer."""
-    end_silence_ms: int = 400
-    """Silence that ends a caller's turn (the endpointer shortens it for complete sentences)."""
+    end_silence_ms: int = 500
+    """Silence that ends a caller's turn, counted from where the voice's energy fell (the
+    endpointer shortens it for complete questions)."""
     barge_in: bool = True
     """Let the caller interrupt the bot."""
     barge_in_min_ms: int = 300

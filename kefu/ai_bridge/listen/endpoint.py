@@ -10,6 +10,10 @@ Invariants of the state table below:
 * ``VoicePaused`` is emitted at most once per pause, after ``speculate_after_ms`` of silence,
   carrying exactly the audio that ``TurnEnded`` will carry if the caller does not resume
   (same ``revision``): that is what lets the listener reuse a speculative decode as the final.
+* Silence is counted from where the voice's energy fell, not from the VAD's last voiced chunk:
+  Silero's probability decays 60-120 ms after a voice stops, and counting from there would
+  make every configured wait that much longer. Only the timing moves; the audio handed on
+  still runs to the VAD's end plus a tail, so a soft last syllable is never cut from the ASR.
 * Time comes from the audio itself (each chunk ends ``leftover / 16 kHz`` before ``now``); the
   wall-clock timer (:meth:`get_timer`) only matters when audio stops arriving (DTX, hold).
 
@@ -44,6 +48,13 @@ __all__ = [
 
 _CHUNK_S = CHUNK_SAMPLES / SAMPLE_RATE
 _TIMER_SLACK_S = 0.1
+_BLOCK = 128  # 8 ms: resolution of the energy refinement (a VAD chunk is 4 blocks)
+_MIN_FLOOR_RMS = 100.0  # about -50 dBFS: quieter is silence whatever the turn's level
+
+
+def _rms(pcm: NDArray[np.int16]) -> float:
+    x = pcm.astype(np.float64)
+    return float(np.sqrt(np.mean(x * x))) if x.size else 0.0
 
 
 class VadModel(Protocol):
@@ -62,7 +73,7 @@ class EndpointConfig:
     """VAD probability below which a chunk is silence while someone is speaking."""
     min_speech_ms: int = 120
     """Voice needed before a turn opens (shorter blips are ignored)."""
-    end_silence_ms: int = 400
+    end_silence_ms: int = 500
     """Silence that ends a turn."""
     semantic_end_silence_ms: int = 200
     """Silence that ends a turn once a semantic hook said the words so far are complete."""
@@ -76,6 +87,11 @@ class EndpointConfig:
     """Audio kept before the first voiced chunk (soft onsets fall below the threshold)."""
     short_speech_ms: int = 350
     """Turns with less voice than this are flagged ``short`` (backchannels: "uh-huh", "嗯")."""
+    refine_end_ms: int = 160
+    """How far the end of speech may move back from the VAD's last voiced chunk to where the
+    voice's energy fell (0 trusts the VAD)."""
+    refine_floor_db: float = 30.0
+    """Level under the turn's loudest chunk, in dB, at which the voice counts as stopped."""
 
     def __post_init__(self) -> None:
         if not 0.0 < self.end_threshold <= self.start_threshold < 1.0:
@@ -93,6 +109,10 @@ class EndpointConfig:
             raise ConfigError("max_utterance_s must exceed 1 s", key="max_utterance_s")
         if self.pre_roll_ms < 0:
             raise ConfigError("pre_roll_ms must not be negative", key="pre_roll_ms")
+        if self.refine_end_ms < 0:
+            raise ConfigError("refine_end_ms must not be negative", key="refine_end_ms")
+        if self.refine_floor_db <= 0:
+            raise ConfigError("refine_floor_db must be positive", key="refine_floor_db")
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +129,7 @@ class VoiceStarted:
 class VoicePaused:
     turn_id: int
     at: float
-    """Time the last voiced chunk ended (the silence began)."""
+    """Time the voice stopped (the silence began)."""
     revision: int
     """Sample index of the end of speech; equal revisions mean identical audio."""
     audio: NDArray[np.int16] = field(repr=False, compare=False)
@@ -129,7 +149,8 @@ class TurnEnded:
     at: float
     """Time the end of turn was decided."""
     speech_end_at: float
-    """Time the last voiced chunk ended."""
+    """Time the voice stopped (where its energy fell, within the last voiced VAD chunk or
+    ``refine_end_ms`` before it)."""
     short: bool
     """Less than ``short_speech_ms`` of voice: likely a backchannel, not a barge-in."""
     reason: str
@@ -188,8 +209,10 @@ class Endpointer:
         self._speech_start_sample = 0  # _samples_seen at the end of the first voiced chunk
         self._speech_end_at = 0.0
         self._speech_end_chunk = 0  # chunk count (in _chunks) at the end of speech
-        self._silent_chunks = 0
+        self._voice_start_chunk = 0  # index (in _chunks) of the first voiced chunk
+        self._peak_rms = 0.0  # loudest voiced chunk of the turn
         self._paused_sent = False
+        self._paused_tail = 0  # tail chunks in the VoicePaused audio (TurnEnded reuses it)
         self._complete_hint = False
         self.last_probability = 0.0
 
@@ -287,6 +310,7 @@ class Endpointer:
             if p >= cfg.start_threshold:
                 self._go("voice")
                 self._chunks = [*self._pre_roll, chunk.copy()]
+                self._voice_start_chunk = len(self._pre_roll)
                 self._pre_roll.clear()
                 self._voiced_run = 1
                 self._speech_start_at = t_end - _CHUNK_S
@@ -314,9 +338,9 @@ class Endpointer:
                 self._mark_speech_end(t_end)
             else:
                 self._go("silence")
-                self._silent_chunks = 1
                 self._voiced_run = 0
                 self._paused_sent = False
+                self._refine_speech_end()
             if t_end - self._speech_start_at >= cfg.max_utterance_s:
                 self._end_turn(t_end, "max_length", events)
             elif self._state is _State.PAUSE:
@@ -337,7 +361,6 @@ class Endpointer:
         else:
             self._go("silence")
             self._voiced_run = 0
-        self._silent_chunks += 1
         if t_end - self._speech_start_at >= cfg.max_utterance_s:
             self._end_turn(t_end, "max_length", events)
         else:
@@ -346,6 +369,26 @@ class Endpointer:
     def _mark_speech_end(self, t_end: float) -> None:
         self._speech_end_at = t_end
         self._speech_end_chunk = len(self._chunks)
+        self._peak_rms = max(self._peak_rms, _rms(self._chunks[-1]))
+
+    def _refine_speech_end(self) -> None:
+        """Move the speech end back to the last loud 8 ms block of the VAD's voiced tail."""
+        cfg = self.config
+        if cfg.refine_end_ms <= 0:
+            return
+        # A noise bed over the floor keeps every block loud, so a noisy line keeps the VAD's end.
+        floor = max(_MIN_FLOOR_RMS, self._peak_rms * 10 ** (-cfg.refine_floor_db / 20))
+        window = int(np.ceil(cfg.refine_end_ms / 1000 / _CHUNK_S))
+        lo = max(self._voice_start_chunk, self._speech_end_chunk - window)
+        if lo >= self._speech_end_chunk:
+            return
+        tail = np.concatenate(self._chunks[lo : self._speech_end_chunk]).astype(np.float64)
+        levels = np.sqrt(np.mean(tail.reshape(-1, _BLOCK) ** 2, axis=1))
+        loud = np.flatnonzero(levels >= floor)
+        if not loud.size:
+            return  # nothing clearly voiced in the window: keep the VAD's end
+        quiet_s = (len(levels) - 1 - int(loud[-1])) * _BLOCK / SAMPLE_RATE
+        self._speech_end_at -= min(quiet_s, cfg.refine_end_ms / 1000)
 
     def _maybe_open(self, t_end: float, events: list[EndpointEvent]) -> None:
         if self._voiced_run * _CHUNK_S * 1000 + 1e-6 < self.config.min_speech_ms:
@@ -354,6 +397,7 @@ class Endpointer:
         self._turn_id += 1
         self._voiced_total = self._voiced_run
         self._complete_hint = False
+        self._peak_rms = max(_rms(c) for c in self._chunks[self._voice_start_chunk :])
         self._mark_speech_end(t_end)
         events.append(
             VoiceStarted(self._turn_id, self._speech_start_at, np.concatenate(self._chunks))
@@ -363,14 +407,17 @@ class Endpointer:
         return max(1, round(self.config.speculate_after_ms / 1000 / _CHUNK_S))
 
     def _utterance(self) -> tuple[NDArray[np.int16], int]:
-        end = min(len(self._chunks), self._speech_end_chunk + self._tail_chunks())
+        available = len(self._chunks) - self._speech_end_chunk
+        tail = self._paused_tail if self._paused_sent else min(self._tail_chunks(), available)
+        end = min(len(self._chunks), self._speech_end_chunk + tail)
         audio = np.concatenate(self._chunks[:end]) if end else np.zeros(0, np.int16)
         revision = self._samples_seen - (len(self._chunks) - self._speech_end_chunk) * CHUNK_SAMPLES
         return audio, revision
 
     def _check_pause(self, t_end: float, events: list[EndpointEvent]) -> None:
         silence_s = t_end - self._speech_end_at
-        if not self._paused_sent and self._silent_chunks >= self._tail_chunks():
+        if not self._paused_sent and silence_s + 1e-6 >= self.config.speculate_after_ms / 1000:
+            self._paused_tail = min(self._tail_chunks(), len(self._chunks) - self._speech_end_chunk)
             self._paused_sent = True
             audio, revision = self._utterance()
             events.append(VoicePaused(self._turn_id, self._speech_end_at, revision, audio))
