@@ -30,7 +30,7 @@ class AiSettings:
     """Deadline for the LLM's first token; past it the KB answer is spoken."""
     llm_total_s: float = 10.0
     """Deadline for the whole LLM answer."""
-    end_silence_ms: int = 500
+    end_silence_ms: int = 450
     """Silence that ends a caller's turn, counted from where the voice's energy fell (the
     endpointer shortens it for complete questions)."""
     barge_in: bool = True

@@ -73,7 +73,7 @@ class EndpointConfig:
     """VAD probability below which a chunk is silence while someone is speaking."""
     min_speech_ms: int = 120
     """Voice needed before a turn opens (shorter blips are ignored)."""
-    end_silence_ms: int = 500
+    end_silence_ms: int = 450
     """Silence that ends a turn."""
     semantic_end_silence_ms: int = 200
     """Silence that ends a turn once a semantic hook said the words so far are complete."""

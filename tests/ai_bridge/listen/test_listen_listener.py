@@ -100,7 +100,7 @@ async def test_speculative_final_lands_at_end_of_turn(whisper, speech) -> None:
     assert final[0].speculative
     assert wer("I want to check the status of my order.", final[0].text) <= 0.15
     assert final[0].at - eot[0].at <= 0.02  # within one frame of the end of turn
-    assert 0.5 <= eot[0].at - eot[0].speech_end_at < 0.55
+    assert 0.45 <= eot[0].at - eot[0].speech_end_at < 0.5
     assert not eot[0].short
 
 
