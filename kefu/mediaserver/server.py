@@ -14,6 +14,7 @@ import os
 import secrets
 import signal
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
@@ -50,6 +51,8 @@ from kefu.sip import ua_events as sipev
 from kefu.sip.aio import SipTransport
 from kefu.sip.offer_answer import answer_offer, warning_for
 from kefu.sip.sdp import SessionDescription
+from kefu.sip.ua_leg import KNOWN_METHODS
+from kefu.sip.uri import SipUri
 
 log = structlog.get_logger("kefu.server")
 
@@ -218,8 +221,14 @@ class KefuServer:
     def _spawn(self, coro: Any, name: str) -> asyncio.Task[Any]:
         task = asyncio.create_task(coro, name=name)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._task_done)
         return task
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        """Forget a finished task; one that failed is logged (never lost with the task)."""
+        self._tasks.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("task_failed", task=task.get_name(), exc_info=exc)
 
     async def _load_ai(self) -> None:
         t0 = time.monotonic()
@@ -330,7 +339,9 @@ class KefuServer:
     def _on_sip_event(self, event: sipev.UaEvent) -> None:
         match event:
             case sipev.RequestSeen(method=method):
-                self.metrics.sip_requests.labels(method).inc()
+                # Only methods kefu knows get a series of their own: the name is the sender's.
+                label = method if method in KNOWN_METHODS else "other"
+                self.metrics.sip_requests.labels(label).inc()
             case sipev.ResponseSent(status=status):
                 self.metrics.sip_responses_sent.labels(str(status)).inc()
             case sipev.Dropped(reason=reason):
@@ -534,9 +545,11 @@ class KefuServer:
             raise ValueError("no transfer target given or configured (sip.transfer_target)")
         if call.state not in (CallState.AI_ACTIVE, CallState.HUMAN_ACTIVE):
             raise ValueError(f"call is {call.state.value}")
+        target = transfer_target(target)
+        # The state changes only once the REFER is on its way: a refused one changes nothing.
+        self.ua.refer(call.leg, target, time.monotonic())
         call.transfer_target = target
         call.apply(CallInput.TRANSFER, f"REFER to {target}")
-        self.ua.refer(call.leg, target, time.monotonic())
         self.sip.flush()
 
     def _refer_status(self, call: Call, status: int, final: bool) -> None:
@@ -574,11 +587,9 @@ class KefuServer:
             if task is not current:
                 task.cancel()
         if call.agent is not None:
-            with contextlib.suppress(Exception):
-                await call.agent.close()
+            await _release(call, "agent", call.agent.close)
         if call.room is not None:
-            with contextlib.suppress(Exception):
-                await call.room.leave()
+            await _release(call, "room", call.room.leave)
         ep = call.endpoint
         if ep is not None:
             stats = ep.stats
@@ -589,7 +600,7 @@ class KefuServer:
             self.metrics.rtp_lost.inc(max(0, stats.packets_lost))
             if stats.packets_received:
                 self.metrics.rtp_jitter.observe(stats.jitter_ms / 1000)
-            await ep.close()
+            await _release(call, "rtp", ep.close)
         if not counted:
             result = "completed" if call.answered else reason.split()[0]
             self.metrics.calls_total.labels(result).inc()
@@ -597,6 +608,29 @@ class KefuServer:
         call.log.info("call_ended", reason=reason)
         if not self.calls:
             self._idle.set()
+
+
+async def _release(call: Call, what: str, close: Callable[[], Awaitable[object]]) -> None:
+    """Run one teardown step; a failure is logged with the call and never stops the others."""
+    try:
+        await close()
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        call.log.exception("call_teardown_failed", part=what)
+
+
+def transfer_target(text: str) -> str:
+    """``text`` as a REFER target: one SIP/SIPS/tel URI on one line, or ValueError."""
+    if any(ch in text for ch in "\r\n\0<>") or text != text.strip():
+        raise ValueError("transfer target must be a single URI without control characters")
+    try:
+        uri = SipUri.parse(text)
+    except ValueError as exc:
+        raise ValueError(f"transfer target is not a URI: {exc}") from None
+    if uri.scheme not in ("sip", "sips", "tel"):
+        raise ValueError(f"transfer target scheme {uri.scheme!r} is not sip, sips or tel")
+    return text
 
 
 async def run_server(

@@ -1,0 +1,128 @@
+"""Attacks on the call-control side of a running server: hostile transfer targets, invented
+SIP methods as metric labels, and teardown steps that fail.
+
+The server runs in-process on loopback; the trunk is the scripted UDP peer of
+test_server_echo.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import pytest
+import structlog
+
+from kefu.mediaserver.call import Call
+from kefu.mediaserver.call_state import CallState
+from kefu.mediaserver.server import KefuServer, transfer_target
+from kefu.sip.message import Request, parse_message
+from tests.mediaserver.test_server_echo import Trunk, server, sip, trunk_socket
+
+pytestmark = pytest.mark.netns
+
+__all__ = ["server"]  # the fixture, shared with test_server_echo.py
+
+
+async def answered_call(server: KefuServer, trunk: Trunk, call_id: str) -> tuple[Call, str]:
+    port = server.sip_address[1]
+    trunk.transport.sendto(sip("INVITE", port, 40000, call_id=call_id), server.sip_address)
+    ok = await trunk.expect(200)
+    tag = ok.to.tag or ""
+    ack = sip("ACK", port, to_tag=tag, branch="z9hG4bK-ack", call_id=call_id)
+    trunk.transport.sendto(ack, server.sip_address)
+    (call,) = [c for c in server.calls.values() if c.state is CallState.AI_ACTIVE]
+    return call, tag
+
+
+async def next_request(trunk: Trunk, method: str, wait: float = 3.0) -> Request:
+    while True:
+        data = await asyncio.wait_for(trunk.inbox.get(), wait)
+        if isinstance(data, bytes):
+            msg = parse_message(data)
+            if isinstance(msg, Request) and msg.method == method:
+                return msg
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "sip:queue@vcc\r\nX-Evil: 1",
+        "sip:queue@vcc\nContact: <sip:x@y>",
+        "sip:queue@vcc\r",
+        " sip:queue@vcc",
+        "<sip:queue@vcc>",
+        "http://example.com/",
+        "not a uri",
+        "",
+    ],
+)
+def test_hostile_transfer_targets_are_refused(target: str) -> None:
+    with pytest.raises(ValueError):
+        transfer_target(target)
+
+
+def test_plain_targets_pass_unchanged() -> None:
+    for target in ("sip:queue@vcc", "sips:agent@10.0.0.1:5061;transport=tls", "tel:+4930123"):
+        assert transfer_target(target) == target
+
+
+async def test_refused_transfer_leaves_the_call_where_it_was(server: KefuServer) -> None:
+    trunk = await trunk_socket()
+    call, _ = await answered_call(server, trunk, "xfer-1")
+    with pytest.raises(ValueError, match="control characters"):
+        server.transfer(call.id, "sip:queue@vcc\r\nX-Evil: 1")
+    assert call.state is CallState.AI_ACTIVE
+    assert call.transfer_target is None
+    # The call can still be transferred, and the REFER names exactly the target asked for.
+    server.transfer(call.id, "sip:queue@vcc")
+    assert call.state is CallState.TRANSFERRING
+    refer = await next_request(trunk, "REFER")
+    assert refer.headers.get("Refer-To") in ("<sip:queue@vcc>", "sip:queue@vcc")
+    assert "X-Evil" not in bytes(refer).decode()
+
+
+async def test_invented_methods_share_one_metric_series(server: KefuServer) -> None:
+    trunk = await trunk_socket()
+    port = server.sip_address[1]
+    for i in range(20):
+        method = f"FOO{i}"
+        trunk.transport.sendto(
+            sip(method, port, branch=f"z9hG4bK-m{i}", call_id=f"m-{i}"), server.sip_address
+        )
+        response = await trunk.expect(501)
+        assert response.cseq.method == method
+    text = server.metrics_text().decode()
+    labels = set(re.findall(r'kefu_sip_requests_total\{method="([^"]+)"\}', text))
+    assert labels == {"other"}
+    assert 'kefu_sip_requests_total{method="other"} 20.0' in text
+
+
+async def test_a_failing_teardown_step_is_logged_and_the_rest_still_runs(
+    server: KefuServer,
+) -> None:
+    trunk = await trunk_socket()
+    call, tag = await answered_call(server, trunk, "teardown-1")
+
+    class BrokenRoom:
+        async def leave(self) -> None:
+            raise RuntimeError("room went away")
+
+    call.room = BrokenRoom()
+    endpoint = call.endpoint
+    assert endpoint is not None
+    with structlog.testing.capture_logs() as logs:
+        port = server.sip_address[1]
+        bye = sip("BYE", port, cseq=2, to_tag=tag, branch="z9hG4bK-bye", call_id="teardown-1")
+        trunk.transport.sendto(bye, server.sip_address)
+        await trunk.expect(200)
+        for _ in range(100):
+            if not server.calls and server.ports.in_use == 0:
+                break
+            await asyncio.sleep(0.02)
+    failed = [e for e in logs if e["event"] == "call_teardown_failed"]
+    assert [e["part"] for e in failed] == ["room"]
+    assert failed[0]["call_id"] == call.id
+    # The RTP endpoint was still closed and its ports returned.
+    assert server.ports.in_use == 0
+    assert any(e["event"] == "call_ended" and e["call_id"] == call.id for e in logs)
