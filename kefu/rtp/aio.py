@@ -2,7 +2,7 @@
 
 API CONTRACT:
 
-    ep = await RtpEndpoint.open(host, ports, *, loop=None, latching="symmetric",
+    ep = await RtpEndpoint.open(host, ports, *, loop=None, latching="sdp_host",
                                 relatch_after=2.0, rtcp_interval=5.0, log=None)
     ep.local_port -> int                      (RTCP on local_port + 1 unless rtcp-mux)
     ep.start(remote, codec, payload_type, dtmf_payload_type, ptime_ms=20, remote_rtcp=None,
@@ -117,7 +117,7 @@ class RtpEndpoint:
         ports: PortAllocator,
         *,
         loop: asyncio.AbstractEventLoop | None = None,
-        latching: Latching = "symmetric",
+        latching: Latching = "sdp_host",
         relatch_after: float = 2.0,
         rtcp_interval: float = RTCP_INTERVAL,
         log: Any = None,

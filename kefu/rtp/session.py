@@ -3,7 +3,7 @@
 API CONTRACT:
 
     s = RtpSession(payload_type=0, clock_rate=8000, dtmf_payload_type=101,
-                   remote=("192.0.2.1", 4000), latching="symmetric")
+                   remote=("192.0.2.1", 4000), latching="sdp_host")
     s.receive_datagram(data, addr, now) -> list[RtpEvent]   # never raises on peer input
         RtpEvent = AudioPacket | DtmfReceived | RtcpReceived | SourceLatched
     s.packetize(payload, timestamp_step, now, marker=False) -> bytes
@@ -17,15 +17,24 @@ API CONTRACT:
 
 Source latching (symmetric RTP, cf. RFC 4961, and the usual B2BUA practice):
 
-* ``symmetric`` (default): the first parseable RTP packet with a negotiated payload type
-  fixes the peer's media address; we also send there, which is what gets media through the
-  caller's NAT. ``strict``: the SDP address is the only accepted source from the start.
+* ``sdp_host`` (default): like ``symmetric``, but only packets from the host (IP) the SDP
+  named may latch or re-latch; the port may differ (a NAT in front of that host picks its
+  own). Anyone else on the network gets nothing: not the first latch (a packet racing the
+  caller's first one) and not a re-latch after the caller falls silent. With no SDP address
+  (none signalled yet) nothing latches.
+* ``symmetric``: the first parseable RTP packet with a negotiated payload type, from any
+  address, fixes the peer's media address; we also send there, which is what gets media
+  through a NAT when the caller's SDP names a private address it cannot be reached at. Any
+  host can race the caller's first packet or take over a silent call: opt in only when
+  callers' SDP addresses are known to be unreachable.
+* ``strict``: the exact SDP address (host and port) is the only accepted source, ever.
 * Packets from any other address are dropped and counted (``dropped_unlatched``).
-* Re-latching (symmetric mode only) needs BOTH a new SSRC and ``relatch_after`` seconds of
-  silence from the latched address. A changed source with the old one quiet is what a real
-  media move looks like (the VCC re-anchors media after a transfer without a re-INVITE); an
-  injected stream while the real peer is still talking (the "RTP bleed" attack) is not, and
-  an attacker replaying the real SSRC from elsewhere gets nothing either.
+* Re-latching (``sdp_host`` and ``symmetric``) needs BOTH a new SSRC and ``relatch_after``
+  seconds of silence from the latched address. A changed source with the old one quiet is
+  what a real media move looks like (the VCC re-anchors media after a transfer without a
+  re-INVITE, a NAT rebinds the port); an injected stream while the real peer is still
+  talking (the "RTP bleed" attack) is not, and an attacker replaying the real SSRC from
+  elsewhere gets nothing either.
 * set_remote() (a re-INVITE with a new address) unlatches; strict mode latches the new one.
 
 RTCP is accepted from the latched host (any port: without rtcp-mux it comes from the odd
@@ -36,6 +45,7 @@ event and would read as huge jitter.
 
 from __future__ import annotations
 
+import ipaddress
 import random
 import struct
 import time
@@ -60,7 +70,9 @@ from kefu.rtp.rtcp import (
 )
 
 Address = tuple[str, int]
-Latching = Literal["symmetric", "strict"]
+Latching = Literal["sdp_host", "symmetric", "strict"]
+LATCHING_MODES: tuple[Latching, ...] = ("sdp_host", "symmetric", "strict")
+"""The accepted ``latching`` values, the default first (see the module docstring)."""
 
 RTCP_INTERVAL = 5.0  # RFC 3550 §6.2 minimum; one call's RTCP bandwidth never exceeds it
 _RTP_HEADER = struct.Struct("!BBHII")
@@ -168,6 +180,19 @@ def _digit_of(result: object) -> str:
     return str(digit)
 
 
+def _host_key(host: str) -> str:
+    """``host`` in one canonical spelling, so the SDP text and the socket's report compare
+    equal (``::FFFF:192.0.2.1`` from a dual-stack socket is ``192.0.2.1``; ``0:0::1`` is
+    ``::1``). Names that are not IP literals compare as written."""
+    try:
+        ip = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return host
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return str(ip)
+
+
 class RtpSession:
     """One call leg's RTP state: latching, receive stats, sequencing, RTCP reports."""
 
@@ -181,7 +206,7 @@ class RtpSession:
         remote: Address | None = None,
         remote_rtcp: Address | None = None,
         rtcp_mux: bool = False,
-        latching: Latching = "symmetric",
+        latching: Latching = "sdp_host",
         relatch_after: float = 2.0,
         ptime_ms: int = 20,
         cname: str | None = None,
@@ -190,8 +215,10 @@ class RtpSession:
         wall_offset: float | None = None,
         rtcp_interval: float = RTCP_INTERVAL,
     ) -> None:
-        if latching not in ("symmetric", "strict"):
-            raise ValueError(f"latching must be 'symmetric' or 'strict', not {latching!r}")
+        if latching not in LATCHING_MODES:
+            raise ValueError(
+                f"latching must be one of {', '.join(LATCHING_MODES)}, not {latching!r}"
+            )
         self._rng = rng or random.Random()
         self.ssrc = ssrc if ssrc is not None else self._rng.getrandbits(32)
         self.cname = cname or f"kefu-{self.ssrc:08x}"
@@ -209,6 +236,7 @@ class RtpSession:
         self.set_codec(payload_type, clock_rate, dtmf_payload_type, dtmf_clock_rate)
 
         self._remote = remote
+        self._remote_host = _host_key(remote[0]) if remote is not None else None
         self._remote_rtcp = remote_rtcp
         self._latched: Address | None = remote if latching == "strict" else None
         self._latch_announced = False
@@ -263,6 +291,7 @@ class RtpSession:
     def set_remote(self, remote: Address | None, remote_rtcp: Address | None = None) -> None:
         """A new SDP address (re-INVITE): drop the latch; strict mode latches the new one."""
         self._remote = remote
+        self._remote_host = _host_key(remote[0]) if remote is not None else None
         self._remote_rtcp = remote_rtcp
         self._latched = remote if self.latching == "strict" else None
         self._latch_announced = False
@@ -309,14 +338,15 @@ class RtpSession:
         known = packet.payload_type in (self.payload_type, self.dtmf_payload_type)
         events: list[RtpEvent] = []
         if self._latched is None:
-            if self.latching == "strict" or not known:
+            if self.latching == "strict" or not known or not self._may_latch(addr):
                 self._dropped_unlatched += 1
                 return []
             self._latch(addr, packet.ssrc, events)
         elif addr != self._latched:
             if not (
-                self.latching == "symmetric"
+                self.latching != "strict"
                 and known
+                and self._may_latch(addr)
                 and packet.ssrc != self._source_ssrc
                 and now - self._last_from_latched >= self.relatch_after
             ):
@@ -364,6 +394,12 @@ class RtpSession:
         else:
             self._dropped_unknown += 1
         return events
+
+    def _may_latch(self, addr: Address) -> bool:
+        """Whether ``addr`` may become the latched source (strict mode aside)."""
+        if self.latching == "symmetric":
+            return True
+        return self._remote_host is not None and _host_key(addr[0]) == self._remote_host
 
     def _latch(self, addr: Address, ssrc: int, events: list[RtpEvent]) -> None:
         relatched = self._latch_announced

@@ -11,7 +11,11 @@ The algorithm list passed to ``jwt.decode`` is always exactly one algorithm matc
 key, so a token cannot pick ``none`` or sign with an RSA public key as an HMAC secret.
 
 Claims: ``sub`` (user), ``role`` (customer | agent | supervisor | admin), ``exp`` (required),
-``room`` (optional: the one room the token is for).
+``room`` (optional: the one room the token is for). Their types are checked here, not assumed:
+``sub`` a string of 1-256 characters, ``room`` one of 1-128 printable characters, ``exp``,
+``iat`` and ``nbf`` finite JSON numbers (RFC 7519 section 2 NumericDate). A token over
+:data:`MAX_TOKEN_CHARS`, or one that fails any check, is ``bad_token`` (close 4401), never an
+unhandled exception.
 
 Room rules (:func:`authorize_join`):
 
@@ -25,13 +29,21 @@ Room rules (:func:`authorize_join`):
 from __future__ import annotations
 
 import asyncio
+import math
 from dataclasses import dataclass
+from typing import TypeGuard
 
 import jwt
 
 from kefu.signaling.errors import AuthError
 
 ROLES = ("customer", "agent", "supervisor", "admin")
+MAX_TOKEN_CHARS = 8192
+"""Longer tokens are refused unread (a ``resume`` message carries at most this many)."""
+_MAX_USER_CHARS = 256
+_MAX_ROOM_CHARS = 128
+# What PyJWT or the JSON decoder may raise on hostile input besides PyJWTError.
+_DECODE_FAULTS = (ValueError, TypeError, OverflowError, RecursionError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +81,7 @@ class Authenticator:
 
     async def verify(self, token: str) -> Claims:
         """Verify a token; raises AuthError(code="bad_token")."""
+        _check_size(token)
         algorithm = self._algorithm(token)
         if algorithm == "HS256":
             return self._decode(token, self._secret, algorithm)
@@ -77,12 +90,13 @@ class Authenticator:
             signing = await asyncio.to_thread(self._jwks.get_signing_key_from_jwt, token)
         except jwt.PyJWKClientError as exc:
             raise AuthError(f"signing key not available: {exc}") from None
-        except jwt.PyJWTError:
+        except (jwt.PyJWTError, *_DECODE_FAULTS):
             raise AuthError("token is malformed") from None
         return self._decode(token, signing.key, algorithm)
 
     def verify_hs256(self, token: str) -> Claims:
         """Synchronous verification for shared-secret tokens only."""
+        _check_size(token)
         if self._algorithm(token) != "HS256":
             raise AuthError("only HS256 tokens can be verified synchronously")
         return self._decode(token, self._secret, "HS256")
@@ -90,7 +104,7 @@ class Authenticator:
     def _algorithm(self, token: str) -> str:
         try:
             header = jwt.get_unverified_header(token)
-        except jwt.PyJWTError:
+        except (jwt.PyJWTError, *_DECODE_FAULTS):
             raise AuthError("token is malformed") from None
         algorithm = header.get("alg")
         if algorithm == "HS256" and self._secret:
@@ -113,20 +127,59 @@ class Authenticator:
         except jwt.InvalidSignatureError:
             raise AuthError("token signature is invalid") from None
         except jwt.PyJWTError as exc:
-            raise AuthError(f"token is invalid: {exc}") from None
+            raise AuthError(f"token is invalid: {str(exc)[:120]}") from None
+        except _DECODE_FAULTS:
+            raise AuthError("token is malformed") from None
         return _claims(claims)
 
 
+def _check_size(token: object) -> None:
+    if not isinstance(token, str) or not token or len(token) > MAX_TOKEN_CHARS:
+        raise AuthError("token is malformed")
+
+
+def _is_text(value: object, limit: int) -> TypeGuard[str]:
+    """A string of 1-``limit`` characters that is valid Unicode (no lone surrogates, which
+    JSON's ``\\ud800`` escapes can smuggle in and UTF-8 cannot carry back out)."""
+    if not isinstance(value, str) or not 0 < len(value) <= limit:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _numeric_date(raw: dict[str, object], name: str) -> float | None:
+    """A NumericDate claim (RFC 7519 section 2): a finite JSON number, never a string."""
+    value = raw.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise AuthError(f"token {name} must be a number")
+    try:
+        seconds = float(value)
+    except OverflowError:
+        raise AuthError(f"token {name} is out of range") from None
+    if not math.isfinite(seconds):
+        raise AuthError(f"token {name} is out of range")
+    return seconds
+
+
 def _claims(raw: dict[str, object]) -> Claims:
-    user, role, room, exp = raw.get("sub"), raw.get("role"), raw.get("room"), raw.get("exp")
-    if not isinstance(user, str) or not user:
-        raise AuthError("token sub must be a non-empty string")
-    if role not in ROLES:
+    user, role, room = raw.get("sub"), raw.get("role"), raw.get("room")
+    if not _is_text(user, _MAX_USER_CHARS):
+        raise AuthError(f"token sub must be a string of 1-{_MAX_USER_CHARS} characters")
+    if not isinstance(role, str) or role not in ROLES:
         raise AuthError("token role is missing or unknown")
-    if room is not None and not isinstance(room, str):
-        raise AuthError("token room must be a string")
-    assert isinstance(role, str) and isinstance(exp, int | float)
-    return Claims(user, role, float(exp), room)
+    if room is not None and not (_is_text(room, _MAX_ROOM_CHARS) and room.isprintable()):
+        raise AuthError(f"token room must be 1-{_MAX_ROOM_CHARS} printable characters")
+    expires = _numeric_date(raw, "exp")
+    if expires is None:
+        raise AuthError("token exp is missing")
+    _numeric_date(raw, "iat")
+    _numeric_date(raw, "nbf")
+    return Claims(user, role, expires, room)
 
 
 def authorize_join(claims: Claims, room: str, room_exists: bool) -> None:

@@ -5,7 +5,10 @@ so that later minor additions do not break old servers; a different ``v`` is rej
 Each message type is a frozen dataclass; :func:`parse_client` / :func:`parse_server` turn
 text into one, :func:`serialize` turns one back into text. Failures raise
 :class:`~kefu.signaling.errors.ProtocolError` with a stable ``code``: ``too_large`` (over
-:data:`MAX_MESSAGE_BYTES`), ``bad_json``, ``unknown_type``, ``bad_message``.
+:data:`MAX_MESSAGE_BYTES`), ``bad_json``, ``unknown_type``, ``bad_message``; nothing else
+escapes, whatever the input (nesting too deep for the decoder, huge numbers, wrong types).
+Strings must be valid Unicode: a lone surrogate (``"\\ud800"`` is valid JSON) is refused,
+because it could never be encoded back into a text frame for the other participants.
 
 ICE candidates use the browser's RTCIceCandidateInit shape (W3C webrtc-pc section 4.8.1.1);
 ``null`` means end of candidates (RFC 8838 section 4.4).
@@ -53,12 +56,14 @@ class IceCandidate:
         text = value.get("candidate")
         mid = value.get("sdpMid")
         index = value.get("sdpMLineIndex")
-        if not isinstance(text, str):
+        if not isinstance(text, str) or not _is_unicode(text):
             raise ProtocolError("candidate.candidate must be a string")
-        if mid is not None and not isinstance(mid, str):
-            raise ProtocolError("candidate.sdpMid must be a string or null")
-        if index is not None and (not isinstance(index, int) or isinstance(index, bool)):
-            raise ProtocolError("candidate.sdpMLineIndex must be an integer or null")
+        if mid is not None and not (isinstance(mid, str) and _is_unicode(mid) and len(mid) <= 256):
+            raise ProtocolError("candidate.sdpMid must be a string (at most 256) or null")
+        if index is not None and (
+            not isinstance(index, int) or isinstance(index, bool) or not 0 <= index <= 0xFFFF
+        ):
+            raise ProtocolError("candidate.sdpMLineIndex must be an integer 0-65535 or null")
         if mid is None and index is None:
             raise ProtocolError("candidate needs sdpMid or sdpMLineIndex")
         return cls(text, mid, index)
@@ -85,6 +90,8 @@ class ParticipantInfo:
         pid, role, display = value.get("id"), value.get("role"), value.get("display", "")
         if not (isinstance(pid, str) and isinstance(role, str) and isinstance(display, str)):
             raise ProtocolError("participant needs string id, role and display")
+        if not (_is_unicode(pid) and _is_unicode(role) and _is_unicode(display)):
+            raise ProtocolError("participant id, role and display must be valid Unicode")
         return cls(pid, role, display)
 
 
@@ -290,12 +297,24 @@ def serialize(message: Message) -> str:
 # --- parse -----------------------------------------------------------------------------------
 
 
+def _is_unicode(text: str) -> bool:
+    """No lone surrogates: the text can be sent on as UTF-8."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _str(obj: JsonObject, key: str, *, default: str | None = None, limit: int = 0) -> str:
     value = obj.get(key, default)
+    kind = obj["type"]  # a known type by now (_parse looked it up)
     if not isinstance(value, str):
-        raise ProtocolError(f"{obj.get('type')}: field {key!r} must be a string")
+        raise ProtocolError(f"{kind}: field {key!r} must be a string")
     if limit and not 0 < len(value) <= limit:
-        raise ProtocolError(f"{obj.get('type')}: field {key!r} must be 1-{limit} characters")
+        raise ProtocolError(f"{kind}: field {key!r} must be 1-{limit} characters")
+    if not _is_unicode(value):
+        raise ProtocolError(f"{kind}: field {key!r} is not valid Unicode (lone surrogate)")
     return value
 
 
@@ -387,7 +406,9 @@ def _decode(data: str | bytes) -> JsonObject:
         raise ProtocolError("message must be a JSON object", code="bad_json")
     version = obj.get("v")
     if version != VERSION or isinstance(version, bool):
-        raise ProtocolError(f"unsupported protocol version {version!r}; expected {VERSION}")
+        # Only scalars are echoed, and briefly: a deeply nested value would not even repr().
+        shown = repr(version)[:16] if isinstance(version, int | float | str) else "given"
+        raise ProtocolError(f"unsupported protocol version {shown}; expected {VERSION}")
     if not isinstance(obj.get("type"), str):
         raise ProtocolError("field 'type' must be a string")
     return obj

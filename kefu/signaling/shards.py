@@ -38,7 +38,7 @@ def shard_of(room_id: str, shards: int) -> int:
 def _object(text: str | bytes) -> dict[str, Any] | None:
     try:
         value = json.loads(text)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
 

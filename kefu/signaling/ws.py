@@ -35,6 +35,19 @@ def key_matches(request: web.Request, key: str) -> bool:
     return hmac.compare_digest(given, key.encode())
 
 
+def _route(relay: ShardRelay, text: str) -> int | None:
+    """The shard for a socket's message, or None (not a join or resume: the hub answers it).
+
+    Routing only peeks at the JSON; whatever the text does to the decoder (50,000 nested
+    ``[`` raise RecursionError) must leave the answer to the hub's parser (``bad_json``)
+    instead of dropping the socket.
+    """
+    try:
+        return relay.route(text)
+    except (ValueError, RecursionError):
+        return None
+
+
 def add_signaling_routes(
     app: web.Application,
     hub: SignalingHub,
@@ -74,9 +87,8 @@ def add_signaling_routes(
         shard: int | None = None if relay is not None else FRONT
         try:
             async for msg in ws:
-                if shard is None and msg.type is WSMsgType.TEXT:
-                    assert relay is not None
-                    shard = relay.route(msg.data)
+                if shard is None and msg.type is WSMsgType.TEXT and relay is not None:
+                    shard = _route(relay, msg.data)
                     if shard is not None and shard != FRONT:
                         # The socket now belongs to the room's worker; it never joined here.
                         await hub.disconnected(conn)

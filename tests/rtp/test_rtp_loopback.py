@@ -136,6 +136,31 @@ async def test_garbage_and_strangers_are_dropped(
     assert median_tone_power(pcm, 8000, 440.0) > 0.8
 
 
+async def test_a_stranger_racing_the_first_packet_does_not_win_the_call(
+    pair: tuple[RtpEndpoint, RtpEndpoint, PortAllocator],
+) -> None:
+    """The default latching (sdp_host): another host's RTP, sent before the caller's first
+    packet, is dropped; the caller's media latches and is heard."""
+    a, b, _ = pair
+    connect(a, b, PCMU, 0)
+    stranger = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    stranger.bind(("127.0.0.2", 0))  # another host on the netns's loopback
+    try:
+        for seq in range(3):
+            fake = RtpPacket(0, seq, 160 * seq, 0xBAD, payload=b"\x00" * 160)
+            stranger.sendto(bytes(fake), (HOST, b.local_port))
+        # Queued at b before A's first packet: b reads them first.
+        a.play(ToneTrack(440.0, rate=8000, layout="mono"))
+        await asyncio.wait_for(b.inbound.recv(), 2.0)
+    finally:
+        stranger.close()
+    st = b.stats
+    assert st.dropped_unlatched == 3
+    assert st.latched_address == (HOST, a.local_port) and st.remote_ssrc != 0xBAD
+    pcm = np.concatenate([(await b.inbound.recv()).to_ndarray().reshape(-1) for _ in range(25)])
+    assert median_tone_power(pcm, 8000, 440.0) > 0.8
+
+
 async def test_hold_and_resume(pair: tuple[RtpEndpoint, RtpEndpoint, PortAllocator]) -> None:
     a, b, _ = pair
     connect(a, b, PCMU, 0)

@@ -87,8 +87,8 @@ def test_unknown_payload_type_does_not_latch() -> None:
     assert s.stats.dropped_unknown_payload == 1
 
 
-def test_relatch_needs_new_ssrc_and_silence() -> None:
-    s = make(relatch_after=2.0)
+def test_symmetric_relatch_needs_new_ssrc_and_silence() -> None:
+    s = make(latching="symmetric", relatch_after=2.0)
     s.receive_datagram(rtp(1), PEER, 0.0)
     # New SSRC, but the latched peer spoke 1 s ago: an injection, dropped.
     assert s.receive_datagram(rtp(500, ssrc=0x777), OTHER, 1.0) == []
@@ -104,14 +104,92 @@ def test_relatch_needs_new_ssrc_and_silence() -> None:
     assert s.receive_datagram(rtp(3), PEER, 5.1) == []
 
 
-def test_relatch_timer_restarts_with_each_packet() -> None:
-    s = make(relatch_after=2.0)
+def test_symmetric_relatch_timer_restarts_with_each_packet() -> None:
+    s = make(latching="symmetric", relatch_after=2.0)
     for i in range(10):
         s.receive_datagram(rtp(i), PEER, 0.5 * i)  # keeps talking till t=4.5
     assert s.receive_datagram(rtp(900, ssrc=0x777), OTHER, 6.0) == []
     assert s.receive_datagram(rtp(901, ssrc=0x777), OTHER, 6.5)[0] == SourceLatched(
         OTHER, 0x777, relatched=True
     )
+
+
+def test_symmetric_latches_to_a_stranger_that_speaks_first() -> None:
+    """The old behaviour, kept for callers whose SDP names an address they cannot be reached
+    at (a private address behind NAT): whoever speaks first wins."""
+    s = make(latching="symmetric")
+    events = s.receive_datagram(rtp(1, ssrc=0x666), OTHER, 0.0)
+    assert events[0] == SourceLatched(OTHER, 0x666, relatched=False)
+    assert s.remote_address == OTHER
+    assert s.receive_datagram(rtp(1), PEER, 0.01) == []
+
+
+def test_sdp_host_is_the_default_and_a_stranger_cannot_win_the_first_latch() -> None:
+    s = make()
+    assert s.latching == "sdp_host"
+    # An attacker's packet arrives before the caller's first one: dropped, no latch.
+    assert s.receive_datagram(rtp(1, ssrc=0x666), OTHER, 0.0) == []
+    assert s.stats.latched_address is None
+    assert s.remote_address == PEER  # we keep sending where the SDP said
+    events = s.receive_datagram(rtp(1), PEER, 0.01)
+    assert events[0] == SourceLatched(PEER, 0xABC, relatched=False)
+    assert isinstance(events[1], AudioPacket) and events[1].seq == 1
+    st = s.stats
+    assert (st.dropped_unlatched, st.packets_received, st.latched_address) == (1, 1, PEER)
+
+
+def test_sdp_host_a_stranger_cannot_take_over_a_silent_call() -> None:
+    s = make(relatch_after=2.0)
+    s.receive_datagram(rtp(1), PEER, 0.0)
+    # The caller is silent (on mute, listening) for far longer than relatch_after; a new
+    # SSRC from another host is exactly what a real media move looks like, but not from
+    # the host the SDP named, so it is an injection.
+    for i, t in enumerate((2.5, 3.0, 10.0, 60.0)):
+        assert s.receive_datagram(rtp(500 + i, ssrc=0x666), OTHER, t) == []
+    assert s.remote_address == PEER
+    st = s.stats
+    assert (st.dropped_unlatched, st.latched_address, st.remote_ssrc) == (4, PEER, 0xABC)
+    # The caller comes back and is still heard.
+    assert isinstance(s.receive_datagram(rtp(2), PEER, 61.0)[0], AudioPacket)
+
+
+def test_sdp_host_follows_a_nat_rebinding_on_the_same_host() -> None:
+    s = make(relatch_after=2.0)
+    # First packet from another port of the SDP host (a NAT picked it): latched.
+    events = s.receive_datagram(rtp(1), PEER_OTHER_PORT, 0.0)
+    assert events[0] == SourceLatched(PEER_OTHER_PORT, 0xABC, relatched=False)
+    # While the caller talks, another port of the same host with a new SSRC is refused.
+    assert s.receive_datagram(rtp(900, ssrc=0x777), PEER, 1.0) == []
+    # After 2 s of silence a new SSRC on a new port of the SDP host: the media moved.
+    events = s.receive_datagram(rtp(901, ssrc=0x777), PEER, 3.0)
+    assert events[0] == SourceLatched(PEER, 0x777, relatched=True)
+    assert s.remote_address == PEER and s.stats.remote_ssrc == 0x777
+    # The current SSRC replayed from yet another port: not a new source, refused.
+    assert s.receive_datagram(rtp(902, ssrc=0x777), PEER_OTHER_PORT, 10.0) == []
+    assert s.stats.dropped_unlatched == 2
+
+
+def test_sdp_host_compares_hosts_not_spellings() -> None:
+    s = make(remote=("2001:DB8:0::1", 4000))
+    assert s.receive_datagram(rtp(1, ssrc=0x666), ("2001:db8::2", 4000), 0.0) == []
+    events = s.receive_datagram(rtp(1), ("2001:db8::1", 4002, 0, 0), 0.01)  # type: ignore[arg-type]
+    assert events[0] == SourceLatched(("2001:db8::1", 4002), 0xABC, relatched=False)
+    mapped = make(remote=("192.0.2.10", 4000))  # a dual-stack socket reports v4-mapped
+    assert mapped.receive_datagram(rtp(1), ("::ffff:192.0.2.10", 4000), 0.0)
+    assert mapped.receive_datagram(rtp(1), ("::ffff:192.0.2.66", 4000), 0.0) == []
+
+
+def test_sdp_host_without_an_sdp_address_latches_nothing() -> None:
+    s = make(remote=None)
+    assert s.receive_datagram(rtp(1), PEER, 0.0) == []
+    assert s.stats.latched_address is None and s.stats.dropped_unlatched == 1
+    s.set_remote(PEER)
+    assert s.receive_datagram(rtp(2), PEER, 0.02)[0] == SourceLatched(PEER, 0xABC, False)
+
+
+def test_unknown_latching_mode_is_refused() -> None:
+    with pytest.raises(ValueError, match="sdp_host, symmetric, strict"):
+        make(latching="any")
 
 
 def test_strict_latching_only_accepts_sdp_address() -> None:
@@ -274,7 +352,8 @@ def test_rtcp_timer_sr_then_rr() -> None:
 
 def test_rtcp_round_trip_loss_jitter_rtt() -> None:
     a = make(ssrc=0xA, wall_offset=1000.0)
-    b = make(ssrc=0xB, wall_offset=5000.0)  # wall clocks need not agree for RTT
+    # wall clocks need not agree for RTT
+    b = make(ssrc=0xB, wall_offset=5000.0, remote=("198.51.100.1", 5000))
     # A sends 50 packets to B; B loses every tenth.
     for i in range(50):
         data = a.packetize(b"\xff" * 160, 160, 0.02 * i)
@@ -334,3 +413,16 @@ def test_codec_change_keeps_counters() -> None:
     assert isinstance(events[-1], AudioPacket)
     assert s.stats.packets_received == 6
     assert s.stats.jitter_ms == 0.0
+
+
+def test_latching_mode_is_configurable_and_checked() -> None:
+    """``rtp.latching`` (docs/CONFIG.md) selects the SIP leg's mode; a typo stops start-up."""
+    from kefu.errors import ConfigError
+    from kefu.mediaserver.config import load_config
+
+    assert load_config(environ={}).rtp.latching == "sdp_host"
+    for mode in ("symmetric", "strict"):
+        assert load_config(environ={"KEFU_RTP_LATCHING": mode}).rtp.latching == mode
+    with pytest.raises(ConfigError) as caught:
+        load_config(overrides={"rtp": {"latching": "any"}}, environ={})
+    assert caught.value.key == "rtp.latching"

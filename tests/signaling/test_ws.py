@@ -17,8 +17,10 @@ from signaling.fakes import SECRET, Clock, FakeSfu, msg, token
 from kefu.signaling.auth import Authenticator
 from kefu.signaling.errors import AuthError
 from kefu.signaling.hub import SignalingHub
+from kefu.signaling.relay import ShardRelay
 from kefu.signaling.settings import SignalingSettings
-from kefu.signaling.ws import add_signaling_routes
+from kefu.signaling.shards import ShardRouter
+from kefu.signaling.ws import READ_LIMIT, add_signaling_routes
 
 pytestmark = pytest.mark.netns
 
@@ -83,6 +85,45 @@ async def test_oversized_and_binary(client: Any) -> None:
     await ws.send_str(msg("offer", sdp="x" * 1_000_000))  # beyond the read limit: 1009
     assert (await ws.receive(timeout=5)).type is WSMsgType.CLOSE
     assert ws.close_code == 1009
+
+
+@pytest.mark.parametrize("sharded", [False, True], ids=["one_process", "room_workers_front"])
+async def test_deeply_nested_first_message_is_bad_json_not_a_dropped_socket(
+    sfu: FakeSfu, clock: Clock, settings: SignalingSettings, sharded: bool
+) -> None:
+    """The reported attack: 50,000 ``[`` as the first message raised RecursionError (in the
+    front's shard routing, which peeks at the first message) and the socket died with 1006.
+    It must be answered with the documented bad_json, and the socket keep serving."""
+    hub = SignalingHub(sfu, settings, clock=clock)
+    app = web.Application()
+    relay = None
+    if sharded:  # a front with room workers, as `kefu serve` on a multi-core machine runs
+        relay = ShardRelay(ShardRouter(4), lambda shard: None, "key", read_limit=READ_LIMIT)
+    add_signaling_routes(app, hub, drive_timers=False, relay=relay)
+    async with TestClient(TestServer(app, host="127.0.0.1")) as test_client:
+        ws = await test_client.ws_connect(f"/ws?token={token()}")
+        await ws.send_str("[" * 50_000)
+        assert (await _recv(ws))["code"] == "bad_json"
+        await ws.send_str('{"v":1,"type":"join","room":' + "[" * 50_000)
+        assert (await _recv(ws))["code"] == "bad_json"
+        await ws.send_str(msg("ping"))
+        assert await _recv(ws) == {"v": 1, "type": "pong"}
+        await ws.close()
+        assert ws.close_code == 1000
+
+
+async def test_token_with_string_exp_is_refused_with_4401(client: Any) -> None:
+    """The reported attack: ``"exp": "9999999999"`` passed PyJWT (it calls int() on it) and
+    then an ``assert`` in the claim checks; the socket died with 1006 instead of 4401."""
+    test_client, hub = client
+    body = {"sub": "mallory", "role": "admin", "exp": "9999999999"}
+    ws = await test_client.ws_connect(f"/ws?token={jwt.encode(body, SECRET, 'HS256')}")
+    error = await _recv(ws)
+    assert (error["type"], error["code"]) == ("error", "bad_token")
+    assert "exp" in error["message"]
+    assert (await ws.receive(timeout=5)).type is WSMsgType.CLOSE
+    assert ws.close_code == 4401
+    assert hub.connection_count == 0
 
 
 async def test_heartbeat_timeout_then_resume(client: Any, clock: Clock, sfu: FakeSfu) -> None:
@@ -156,7 +197,7 @@ async def test_jwks_rs256(jwks: tuple[str, Any, list[int]]) -> None:
     assert (await auth.verify(token("local"))).user == "local"  # HS256 still accepted
 
     other = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    for bad in (_rs(other), _rs(other, kid="k2"), _rs(key, exp=1)):
+    for bad in (_rs(other), _rs(other, kid="k2"), _rs(key, exp=1), _rs(key, exp=str(2**40))):
         with pytest.raises(AuthError) as info:
             await auth.verify(bad)
         assert info.value.code == "bad_token"
