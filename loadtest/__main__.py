@@ -80,7 +80,15 @@ def main(argv: list[str] | None = None) -> int:
         sub.add_parser("voice", help="callers ask kefu's AI questions; latency on the wire")
     )
 
+    from loadtest import flood
+
+    flood.add_arguments(
+        sub.add_parser("flood", help="INVITE/garbage floods: legit calls and OPTIONS answered")
+    )
+
     args = parser.parse_args(argv)
+    if args.command == "flood":
+        return flood.main(args)
     if args.command == "webrtc":
         return webrtc.main(args)
     if args.command == "voice":

@@ -20,6 +20,8 @@ from typing import Any
 
 from kefu.ai_bridge.settings import AiSettings
 from kefu.errors import ConfigError
+from kefu.rtp.session import LATCHING_MODES, Latching
+from kefu.signaling.api_access import TransferAllowList
 
 MEDIA_MODES = ("echo", "prompt", "ai")
 
@@ -65,6 +67,25 @@ class SipConfig:
     """Trunk digest credentials (user -> password). Empty: no authentication."""
     auth_algorithm: str = "SHA-256"
     max_message_bytes: int = 65535
+    """Largest SIP message (header block + body); a larger one gets 513 on UDP and closes
+    its TCP connection."""
+    tcp_max_connections: int = 1000
+    """Open SIP-over-TCP connections, all sources together; beyond it new ones are closed."""
+    tcp_max_connections_per_source: int = 100
+    """Open SIP-over-TCP connections from one source IP; beyond it new ones are closed."""
+    tcp_idle_timeout: float = 120.0
+    """Close a TCP connection that carried no message or keep-alive for this long and that no
+    call uses (seconds; 0: never)."""
+    tcp_message_timeout: float = 10.0
+    """Close a TCP connection whose started message is not complete after this long
+    (slowloris; seconds; 0: no limit)."""
+    rate_limit: float = 500.0
+    """Messages per second one source IP may send, averaged (token bucket, checked before
+    parsing; the excess is dropped); 0: no limit. A 100 calls/s trunk sends about 300."""
+    rate_burst: float = 1000.0
+    """Messages one source may send at once after being quiet."""
+    rate_exempt: tuple[str, ...] = ()
+    """Source networks (CIDR) exempt from rate_limit and calls.max_unacked_per_source."""
     session_expires: int = 1800
     """RFC 4028 session interval offered to the trunk (seconds); 0 disables session timers."""
     min_se: int = 90
@@ -81,11 +102,20 @@ class RtpConfig:
     codecs: tuple[str, ...] = ("PCMU", "PCMA", "G722", "opus")
     """Codec preference order for answers (the offerer's order wins when honour_offer_order)."""
     honour_offer_order: bool = True
+    latching: Latching = "sdp_host"
+    """Whose RTP a SIP leg accepts (kefu.rtp.session): ``sdp_host`` only the host the SDP
+    named (any port); ``symmetric`` whoever sends first, from anywhere (callers whose SDP
+    names a private address); ``strict`` only the exact SDP address and port."""
 
 
 @dataclass(frozen=True, slots=True)
 class CallsConfig:
     max_concurrent: int = 500
+    max_unacked_per_source: int = 50
+    """Calls from one source IP accepted but not yet ACKed (answer in progress, or 200 OK sent
+    and no ACK yet); beyond it INVITEs get 503 and, for a second, are dropped unparsed. A
+    trunk ACKs in milliseconds; a flood that never ACKs cannot hold every call slot. With
+    ring_seconds, allow calls/s x ring_seconds. 0: no limit."""
     retry_after: int = 30
     """Seconds put in Retry-After with a 503 when full or draining."""
     drain_timeout: float = 60.0
@@ -98,6 +128,10 @@ class CallsConfig:
     media_mode: str = "ai"
     prompt_wav: str | None = None
     """WAV played first in ``prompt`` mode; a built-in tone is used when unset."""
+    transfer_allow: tuple[str, ...] = ()
+    """Where ``POST /api/calls/{id}/transfer`` may REFER a caller: exact URIs
+    (``sip:queue@vcc.example``, ``tel:+861012345``) or ``sip:*@HOST[:PORT]``; anything else
+    gets 403. ``sip.transfer_target`` is always allowed (kefu.signaling.api_access)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,6 +290,11 @@ def _validate(config: Config) -> Config:
         raise ConfigError(
             f"ai.language must be en or zh, got {config.ai.language!r}", key="ai.language"
         )
+    if config.rtp.latching not in LATCHING_MODES:
+        raise ConfigError(
+            f"rtp.latching must be one of {', '.join(LATCHING_MODES)}, got {config.rtp.latching!r}",
+            key="rtp.latching",
+        )
     if config.calls.max_concurrent < 1:
         raise ConfigError("calls.max_concurrent must be at least 1", key="calls.max_concurrent")
     for net in config.sip.allow_from:
@@ -265,6 +304,19 @@ def _validate(config: Config) -> Config:
             raise ConfigError(
                 f"sip.allow_from: not a network: {net!r}", key="sip.allow_from"
             ) from None
+    for net in config.sip.rate_exempt:
+        try:
+            ipaddress.ip_network(net, strict=False)
+        except ValueError:
+            raise ConfigError(
+                f"sip.rate_exempt: not a network: {net!r}", key="sip.rate_exempt"
+            ) from None
+    if config.sip.rate_limit > 0 and config.sip.rate_burst < 1:
+        raise ConfigError("sip.rate_burst must be at least 1", key="sip.rate_burst")
+    if config.sip.max_message_bytes < 1024:
+        raise ConfigError(
+            "sip.max_message_bytes must be at least 1024", key="sip.max_message_bytes"
+        )
     if config.sip.auth_algorithm not in ("MD5", "SHA-256"):
         raise ConfigError("sip.auth_algorithm must be MD5 or SHA-256", key="sip.auth_algorithm")
     if config.log.level.lower() not in ("debug", "info", "warning", "error"):
@@ -281,6 +333,10 @@ def _validate(config: Config) -> Config:
                 f"webrtc.ice_host_addresses: not an IP address: {address!r}",
                 key="webrtc.ice_host_addresses",
             ) from None
+    try:
+        TransferAllowList(config.calls.transfer_allow)
+    except ValueError as exc:
+        raise ConfigError(f"calls.transfer_allow: {exc}", key="calls.transfer_allow") from None
     if config.calls.prompt_wav and not Path(config.calls.prompt_wav).is_file():
         raise ConfigError(
             f"calls.prompt_wav: no such file {config.calls.prompt_wav!r}", key="calls.prompt_wav"

@@ -31,7 +31,7 @@ from kefu.mediaserver.bus import EventBus
 from kefu.mediaserver.call import Call
 from kefu.mediaserver.call_state import CallInput, CallState
 from kefu.mediaserver.config import Config, jwt_secret
-from kefu.mediaserver.events import DtmfReceived, TransferProgress
+from kefu.mediaserver.events import DtmfReceived, TransferProgress, event_json
 from kefu.mediaserver.logs import configure_logging
 from kefu.mediaserver.media import PcmTrack, PromptThenEcho, chime, load_wav
 from kefu.mediaserver.metrics import Metrics
@@ -40,6 +40,8 @@ from kefu.mediaserver.rooms import RoomService
 from kefu.rtp.aio import RtpEndpoint
 from kefu.rtp.ports import PortAllocator
 from kefu.sfu.api import PeerSettings, Sfu
+from kefu.signaling.api_access import TransferAllowList
+from kefu.signaling.events_ws import add_event_routes
 from kefu.signaling.http import build_app
 from kefu.signaling.hub import SignalingHub
 from kefu.signaling.relay import ShardRelay
@@ -48,7 +50,8 @@ from kefu.signaling.shards import ShardRouter
 from kefu.signaling.ws import READ_LIMIT, add_signaling_routes, key_matches
 from kefu.sip import ua as sipua
 from kefu.sip import ua_events as sipev
-from kefu.sip.aio import SipTransport
+from kefu.sip.admission import AdmissionLimits
+from kefu.sip.aio import SipTransport, TcpLimits
 from kefu.sip.offer_answer import answer_offer, warning_for
 from kefu.sip.sdp import SessionDescription
 from kefu.sip.ua_leg import KNOWN_METHODS
@@ -79,7 +82,25 @@ class KefuServer:
         self.bus = EventBus()
         self.ports = PortAllocator(*config.rtp.ports)
         self.ua = sipua.UserAgent(sipua.UaSettings.from_config(config))
-        self.sip = SipTransport(self.ua, self._pump)
+        sip = config.sip
+        self.sip = SipTransport(
+            self.ua,
+            self._pump,
+            tcp_limits=TcpLimits(
+                max_connections=sip.tcp_max_connections,
+                max_connections_per_source=sip.tcp_max_connections_per_source,
+                idle_timeout=sip.tcp_idle_timeout,
+                message_timeout=sip.tcp_message_timeout,
+                max_message_bytes=sip.max_message_bytes,
+            ),
+            admission=AdmissionLimits(
+                rate=sip.rate_limit, burst=sip.rate_burst, exempt=sip.rate_exempt
+            ),
+            on_drop=lambda reason: self.metrics.sip_dropped.labels(reason).inc(),
+            in_use=lambda peer: any(c.source == str(peer) for c in self.calls.values()),
+        )
+        self._unacked: dict[str, set[str]] = {}
+        """Source IP -> legs accepted from it and not yet ACKed (calls.max_unacked_per_source)."""
         self.calls: dict[str, Call] = {}
         self.draining = False
         self._pumping = False
@@ -145,7 +166,7 @@ class KefuServer:
             self.relay = ShardRelay(
                 router, self.room_workers.socket_for, self.room_workers.key, read_limit=READ_LIMIT
             )
-        app = build_app(self)
+        app = self._http_app()
         add_signaling_routes(app, self.signaling, relay=self.relay)
         self._http = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._http.setup()
@@ -167,7 +188,7 @@ class KefuServer:
     async def _start_room_worker(self, spec: WorkerSpec) -> None:
         """Serve rooms on the Unix socket the front relays to; no SIP here."""
         structlog.contextvars.bind_contextvars(room_worker=spec.shard)
-        app = build_app(self)
+        app = self._http_app()
         add_signaling_routes(app, self.signaling, relay_key=spec.key)
 
         async def status(request: web.Request) -> web.Response:
@@ -297,6 +318,15 @@ class KefuServer:
     def metrics_text(self) -> bytes:
         return self.metrics.render()
 
+    def _http_app(self) -> web.Application:
+        """/healthz, /metrics, /api/* (tokens checked as the signaling does), GET /api/events."""
+        allow = TransferAllowList(
+            self.config.calls.transfer_allow, default=self.config.sip.transfer_target
+        )
+        app = build_app(self, auth=self.signaling.auth, transfer_allow=allow)
+        add_event_routes(app, self.bus, event_json, self.signaling.auth)
+        return app
+
     def _sfu_stats(self) -> dict[str, int]:
         stats = self.rooms.sfu.stats()
         if self.room_workers is not None:
@@ -328,6 +358,8 @@ class KefuServer:
         self._pumping = True
         try:
             while (event := self.ua.next_event()) is not None:
+                if isinstance(event, sipev.CallConfirmed):
+                    self._acked(event.leg)
                 try:
                     self._on_sip_event(event)
                 except Exception:  # one bad call must not take down the others
@@ -367,10 +399,47 @@ class KefuServer:
                 if call := self.calls.get(leg):
                     self._refer_status(call, status, final)
 
+    def _acked(self, leg: str) -> None:
+        call = self.calls.get(leg)
+        if call is not None:
+            legs = self._unacked.get(_source_host(call.source))
+            if legs is not None:
+                legs.discard(leg)
+
+    def _unacked_from(self, host: str) -> set[str]:
+        """Legs from ``host`` not yet ACKed, forgetting those that ended meanwhile."""
+        legs = self._unacked.get(host)
+        if legs is None:
+            return set()
+        legs.intersection_update(self.calls)
+        if not legs:
+            del self._unacked[host]
+        return legs
+
     def _incoming(self, event: sipev.IncomingCall) -> None:
         limits = self.config.calls
-        if self.draining or self.ai_loading or len(self.calls) >= limits.max_concurrent:
-            reason = "draining" if self.draining else "loading" if self.ai_loading else "full"
+        host = _source_host(event.source)
+        if len(self._unacked) > limits.max_concurrent:
+            for other in list(self._unacked):  # sources whose calls all ended: forget them
+                self._unacked_from(other)
+        unacked = self._unacked_from(host)
+        cap = limits.max_unacked_per_source
+        flooding = 0 < cap <= len(unacked) and not self.sip.gate.exempt(host)
+        reason = (
+            "draining"
+            if self.draining
+            else "loading"
+            if self.ai_loading
+            else "full"
+            if len(self.calls) >= limits.max_concurrent
+            else "unacked"
+            if flooding
+            else None
+        )
+        if reason is not None:
+            if flooding:
+                # Its next INVITEs are dropped before parsing; one a second gets this far.
+                self.sip.hold(host, 1.0)
             self.ua.reject(event.leg, 503, headers=(("Retry-After", str(limits.retry_after)),))
             self.metrics.calls_total.labels(f"rejected_{reason}").inc()
             log.info("call_rejected", reason=reason, source=event.source)
@@ -378,6 +447,7 @@ class KefuServer:
         call = Call(event.leg, self.bus, event.source)
         call.received_monotonic = event.received_at
         self.calls[event.leg] = call
+        self._unacked.setdefault(host, set()).add(event.leg)
         self._idle.clear()
         self.metrics.active_calls.set(len(self.calls))
         call.log.info("call_incoming", source=event.source, sip_call_id=event.sip_call_id)
@@ -394,7 +464,9 @@ class KefuServer:
             self._reject(call, 400, "Bad SDP", warning=f'399 kefu "{str(exc)[:100]}"')
             return
         try:
-            endpoint = await RtpEndpoint.open(self.media_host, self.ports, log=call.log)
+            endpoint = await RtpEndpoint.open(
+                self.media_host, self.ports, latching=self.config.rtp.latching, log=call.log
+            )
         except (ResourceExhausted, OSError) as exc:
             call.log.warning("no_rtp_port", error=str(exc))
             self._reject(call, 503, None, headers=(("Retry-After", "5"),))
@@ -631,6 +703,11 @@ def transfer_target(text: str) -> str:
     if uri.scheme not in ("sip", "sips", "tel"):
         raise ValueError(f"transfer target scheme {uri.scheme!r} is not sip, sips or tel")
     return text
+
+
+def _source_host(source: str) -> str:
+    """The IP of a ``transport:host:port`` source (:class:`~kefu.sip.ua_events.Peer`)."""
+    return source.partition(":")[2].rpartition(":")[0].strip("[]")
 
 
 async def run_server(

@@ -9,93 +9,264 @@ one timer. The user agent answers to the packet's source (RFC 3261 §18.2.2 with
 from __future__ import annotations
 
 import asyncio
+import errno
+import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import cast
 
 import structlog
 
 from kefu.errors import SipParseError
+from kefu.sip.admission import DROP_REASONS, AdmissionLimits, SourceGate
+from kefu.sip.framing import DEFAULT_MAX_SIZE
 from kefu.sip.message import StreamFramer
 from kefu.sip.ua import Peer, UserAgent
 
+__all__ = ["TCP_DROP_REASONS", "SipTransport", "TcpLimits"]
+
 log = structlog.get_logger("kefu.sip")
 
-MAX_TCP_BUFFER = 256 * 1024
+BIND_ATTEMPTS = 8
+"""Ephemeral UDP ports tried before giving up when TCP cannot take the same number."""
+
+TCP_DROP_REASONS = (
+    "tcp_over_cap",
+    "tcp_source_over_cap",
+    "tcp_idle",
+    "tcp_message_timeout",
+    "too_large",
+)
+"""Why the transport closed or refused a TCP connection (bounded metric label set)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TcpLimits:
+    """What one SIP-over-TCP listener tolerates (config ``sip.tcp_*``, RFC 3261 §18.3)."""
+
+    max_connections: int = 1000
+    """Open connections, all sources together; a new one beyond it is closed at once."""
+    max_connections_per_source: int = 100
+    """Open connections from one source IP; a new one beyond it is closed at once."""
+    idle_timeout: float = 120.0
+    """Seconds without a complete message (or CRLF keep-alive) after which a connection no
+    dialog uses is closed; 0: never."""
+    message_timeout: float = 10.0
+    """Seconds a started message may take to arrive complete (slowloris); 0: no limit."""
+    max_message_bytes: int = DEFAULT_MAX_SIZE
+    """Largest header block + body; a larger one closes the connection (config
+    ``sip.max_message_bytes``)."""
 
 
 class _Udp(asyncio.DatagramProtocol):
     def __init__(self, owner: SipTransport) -> None:
         self.owner = owner
         self.transport: asyncio.DatagramTransport | None = None
+        self.closed = asyncio.Event()
+        """Set once the socket is really closed (``close()`` only schedules it)."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's UDP transport is not a registered asyncio.DatagramTransport subclass.
         self.transport = cast(asyncio.DatagramTransport, transport)
 
     def datagram_received(self, data: bytes, addr: tuple[str | int, ...]) -> None:
-        self.owner.receive(data, Peer("udp", str(addr[0]), int(addr[1])))
+        self.owner.admit(data, Peer("udp", str(addr[0]), int(addr[1])))
 
     def error_received(self, exc: Exception) -> None:
         # ICMP port unreachable for a peer that went away; transactions time out on their own.
         log.debug("udp_error", error=str(exc))
 
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed.set()
+
 
 class _TcpConnection(asyncio.Protocol):
+    """One accepted connection: framing, its two deadlines (idle, message) and its cap."""
+
     def __init__(self, owner: SipTransport) -> None:
         self.owner = owner
-        self.framer = StreamFramer()
+        self.framer = StreamFramer(owner.tcp_limits.max_message_bytes)
         self.peer: Peer | None = None
         self.transport: asyncio.Transport | None = None
+        self.last_activity = time.monotonic()
+        """When the latest complete message or keep-alive arrived (idle deadline)."""
+        self.message_started: float | None = None
+        """When the message now partly buffered began to arrive (slowloris deadline)."""
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = math.inf
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
         host, port = transport.get_extra_info("peername")[:2]
-        self.peer = Peer("tcp", str(host), int(port))
-        self.owner.tcp_connections[self.peer] = self
+        peer = Peer("tcp", str(host), int(port))
+        refused = self.owner._tcp_refusal(peer.host)
+        if refused is not None:
+            self.owner.dropped(refused, peer.host)
+            self.transport.abort()
+            return
+        self.peer = peer
+        self.owner._tcp_opened(self)
+        self._arm()
 
     def data_received(self, data: bytes) -> None:
-        assert self.peer is not None and self.transport is not None
+        if self.peer is None or self.transport is None or self.transport.is_closing():
+            return
+        now = time.monotonic()
         try:
             messages = self.framer.feed(data)
         except SipParseError as exc:
             # A stream that cannot be framed cannot be resynchronised: RFC 3261 §18.3.
             log.info("tcp_framing_error", peer=str(self.peer), error=str(exc))
-            self.owner.ua.reject_unframeable(exc, self.peer, time.monotonic())
+            if exc.status == 513:
+                self.owner.dropped("too_large", self.peer.host)
+            self.owner.ua.reject_unframeable(exc, self.peer, now)
             self.owner.flush()
             self.transport.close()
             return
+        if messages or self.framer.take_pings():
+            self.last_activity = now
+        if not self.framer.buffered:
+            self.message_started = None
+        elif messages or self.message_started is None:
+            self.message_started = now
+        self._arm()
         for raw in messages:
-            self.owner.receive(raw, self.peer)
+            self.owner.admit(raw, self.peer)
+
+    def _deadline(self) -> float:
+        limits = self.owner.tcp_limits
+        due = self.last_activity + limits.idle_timeout if limits.idle_timeout > 0 else math.inf
+        if self.message_started is not None and limits.message_timeout > 0:
+            due = min(due, self.message_started + limits.message_timeout)
+        return due
+
+    def _arm(self) -> None:
+        """Keep one timer per connection, moved only when a deadline comes earlier."""
+        due = self._deadline()
+        if due >= self._timer_at:
+            return  # the timer fires first and re-arms for the later deadline
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = due
+        if due < math.inf:
+            delay = max(0.0, due - time.monotonic())
+            self._timer = asyncio.get_running_loop().call_later(delay, self._expire)
+
+    def _expire(self) -> None:
+        self._timer, self._timer_at = None, math.inf
+        if self.peer is None or self.transport is None or self.transport.is_closing():
+            return
+        now = time.monotonic()
+        limits = self.owner.tcp_limits
+        reason: str | None = None
+        if (
+            self.message_started is not None
+            and limits.message_timeout > 0
+            and now >= self.message_started + limits.message_timeout
+        ):
+            reason = "tcp_message_timeout"
+        elif limits.idle_timeout > 0 and now >= self.last_activity + limits.idle_timeout:
+            if self.owner.in_use(self.peer):
+                self.last_activity = now  # a dialog still sends its BYE here
+            else:
+                reason = "tcp_idle"
+        if reason is None:
+            self._arm()
+            return
+        self.owner.dropped(reason, self.peer.host)
+        log.info("tcp_closed", peer=str(self.peer), reason=reason, buffered=self.framer.buffered)
+        self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self.peer is not None:
-            self.owner.tcp_connections.pop(self.peer, None)
+            self.owner._tcp_closed(self)
 
 
 class SipTransport:
-    """Binds UDP and TCP on one address and pumps the user agent."""
+    """Binds UDP and TCP on one address and pumps the user agent.
 
-    def __init__(self, ua: UserAgent, on_events: Callable[[], None]) -> None:
+    Every datagram and framed TCP message passes :class:`~kefu.sip.admission.SourceGate`
+    before the user agent parses it; TCP connections are capped in number, per source and in
+    how long they may sit idle or dribble a message (:class:`TcpLimits`). ``on_drop(reason)``
+    is told of each thing dropped (reasons: a fixed set, safe as a metric label); ``in_use``
+    says whether a dialog still uses a TCP peer, which keeps its connection past the idle
+    timeout.
+    """
+
+    def __init__(
+        self,
+        ua: UserAgent,
+        on_events: Callable[[], None],
+        *,
+        tcp_limits: TcpLimits | None = None,
+        admission: AdmissionLimits | None = None,
+        on_drop: Callable[[str], None] | None = None,
+        in_use: Callable[[Peer], bool] | None = None,
+    ) -> None:
         self.ua = ua
         self.on_events = on_events
+        self.tcp_limits = tcp_limits or TcpLimits()
+        self.gate = SourceGate(admission)
+        self.on_drop = on_drop
+        self.in_use: Callable[[Peer], bool] = in_use or (lambda peer: False)
         self.udp: _Udp | None = None
         self.tcp_server: asyncio.Server | None = None
         self.tcp_connections: dict[Peer, _TcpConnection] = {}
+        self._per_source: dict[str, int] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
 
-    async def start(self, host: str, port: int) -> tuple[str, int]:
+    async def start(
+        self,
+        host: str,
+        port: int,
+        *,
+        attempts: int = BIND_ATTEMPTS,
+        udp_port: Callable[[int], int] | None = None,
+    ) -> tuple[str, int]:
+        """Bind UDP and TCP on the same port; the address bound.
+
+        With ``port`` 0 the UDP socket takes an ephemeral port (``udp_port(attempt)`` picks it
+        instead, for tests) and TCP the same number; when another socket already holds that
+        TCP port both are let go and a new port is tried, ``attempts`` times in all. A
+        non-zero ``port`` that is taken raises OSError(EADDRINUSE) naming it.
+        """
         loop = asyncio.get_running_loop()
-        transport, protocol = await loop.create_datagram_endpoint(
-            lambda: _Udp(self), local_addr=(host, port)
+        last: OSError | None = None
+        for attempt in range(max(1, attempts) if port == 0 else 1):
+            want = port or (udp_port(attempt) if udp_port is not None else 0)
+            try:
+                udp, protocol = await loop.create_datagram_endpoint(
+                    lambda: _Udp(self), local_addr=(host, want)
+                )
+            except OSError as exc:
+                if exc.errno != errno.EADDRINUSE:
+                    raise
+                last = exc
+                continue
+            bound = udp.get_extra_info("sockname")
+            try:
+                server = await loop.create_server(
+                    lambda: _TcpConnection(self), host, bound[1], reuse_address=True
+                )
+            except OSError as exc:
+                udp.close()
+                await protocol.closed.wait()  # the port is free again before we go on
+                if exc.errno != errno.EADDRINUSE:
+                    raise
+                last = exc
+                log.info("sip_port_taken", port=bound[1], attempt=attempt + 1)
+                continue
+            self.udp, self.tcp_server = protocol, server
+            return str(bound[0]), int(bound[1])
+        what = f"port {port}" if port else f"a free port after {attempts} attempts"
+        raise OSError(
+            errno.EADDRINUSE, f"SIP listen {host}: {what} is already in use (UDP or TCP): {last}"
         )
-        self.udp = protocol
-        bound = transport.get_extra_info("sockname")
-        self.tcp_server = await loop.create_server(
-            lambda: _TcpConnection(self), host, bound[1], reuse_address=True
-        )
-        return str(bound[0]), int(bound[1])
 
     async def close(self) -> None:
         if self._timer:
@@ -112,6 +283,51 @@ class SipTransport:
     def receive(self, data: bytes, peer: Peer) -> None:
         self.ua.receive(data, peer, time.monotonic())
         self.flush()
+
+    def admit(self, data: bytes, peer: Peer) -> None:
+        """Pass ``data`` to the user agent unless its source is over its limits."""
+        reason = self.gate.check(data, peer.host, time.monotonic())
+        if reason is None:
+            self.receive(data, peer)
+        else:
+            self.dropped(reason, peer.host)
+
+    def dropped(self, reason: str, host: str) -> None:
+        """Count a drop; log it at most once per interval per source."""
+        if self.on_drop is not None:
+            self.on_drop(reason)
+        if reason in DROP_REASONS:
+            count = self.gate.take_log(host, time.monotonic())
+            if count:
+                log.warning("sip_source_limited", source=host, reason=reason, dropped=count)
+
+    def hold(self, host: str, seconds: float) -> None:
+        """Drop new INVITEs from ``host`` before parsing for ``seconds``."""
+        now = time.monotonic()
+        self.gate.hold(host, now + seconds, now)
+
+    def _tcp_refusal(self, host: str) -> str | None:
+        limits = self.tcp_limits
+        if len(self.tcp_connections) >= limits.max_connections:
+            return "tcp_over_cap"
+        if self._per_source.get(host, 0) >= limits.max_connections_per_source:
+            return "tcp_source_over_cap"
+        return None
+
+    def _tcp_opened(self, conn: _TcpConnection) -> None:
+        assert conn.peer is not None
+        self.tcp_connections[conn.peer] = conn
+        self._per_source[conn.peer.host] = self._per_source.get(conn.peer.host, 0) + 1
+
+    def _tcp_closed(self, conn: _TcpConnection) -> None:
+        assert conn.peer is not None
+        if self.tcp_connections.get(conn.peer) is conn:
+            del self.tcp_connections[conn.peer]
+            left = self._per_source.get(conn.peer.host, 1) - 1
+            if left > 0:
+                self._per_source[conn.peer.host] = left
+            else:
+                self._per_source.pop(conn.peer.host, None)
 
     def flush(self) -> None:
         """Send what the user agent queued, re-arm its timer, let the owner see its events."""

@@ -85,13 +85,21 @@ class StreamFramer:
     closed; the framer must not be fed again after raising.
     """
 
-    __slots__ = ("_buf", "_max_size", "_newlines", "_pings")
+    __slots__ = ("_buf", "_max_size", "_newlines", "_pings", "_scanned")
 
     def __init__(self, max_size: int = DEFAULT_MAX_SIZE) -> None:
         self._buf = bytearray()
         self._max_size = max_size
         self._pings = 0
         self._newlines = 0
+        self._scanned = 0
+        """Octets of an unfinished header block already searched for its end: a message
+        dribbled in small pieces (slowloris) costs linear, not quadratic, time."""
+
+    @property
+    def max_size(self) -> int:
+        """Largest message (header block + body) accepted, in octets."""
+        return self._max_size
 
     @property
     def buffered(self) -> int:
@@ -111,10 +119,13 @@ class StreamFramer:
             self._skip_keepalives()
             if not buf:
                 break
-            end, body_start = find_header_end(buf, 0)
+            # Resume a little before where the last search stopped: the blank line may
+            # straddle two feeds.
+            end, body_start = find_header_end(buf, max(0, self._scanned - 3))
             if end < 0:
                 if len(buf) > self._max_size:
                     raise SipParseError("header block too large", status=513, framing=True)
+                self._scanned = len(buf)
                 break
             length = self._content_length(bytes(buf[:end]))
             total = body_start + length
@@ -129,9 +140,12 @@ class StreamFramer:
             out.append(bytes(buf[:total]))
             del buf[:total]
             self._newlines = 0
+            self._scanned = 0
         return out
 
     def _skip_keepalives(self) -> None:
+        if self._scanned:
+            return  # inside a message's header block: its CRLFs are not keep-alives
         buf = self._buf
         i = 0
         n = len(buf)
