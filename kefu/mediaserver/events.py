@@ -1,9 +1,26 @@
-"""Events published on the bus. Frozen, small, and JSON-friendly (see ``as_dict``)."""
+"""Events published on the bus, and their one JSON form (documented in docs/events.md).
+
+Every event is a frozen dataclass carrying its ``call_id``. :func:`event_json` turns any of
+them into ``{"v": 1, "type": "call.state_changed", "call_id": ..., "at": unix_time, ...}``:
+the dataclass's fields, with the wire ``type`` looked up in :data:`EVENT_TYPES` and times the
+AI stages took on the event loop's clock converted to UNIX time.
+
+Version rule: adding a field, or a new event type, keeps ``v``; renaming or removing a field,
+changing its meaning or type, or renaming a type bumps ``v`` (:data:`EVENT_VERSION`).
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields, is_dataclass
 from typing import Any
+
+from kefu.ai_bridge.agent import BargeIn, HandoffRequested, Utterance
+from kefu.ai_bridge.trace import TurnTrace
+
+EVENT_VERSION = 1
+"""``v`` of every event's JSON form."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -14,19 +31,31 @@ class CallEvent:
     """Wall-clock time (time.time()) the event happened."""
 
     def as_dict(self) -> dict[str, Any]:
-        return {"type": type(self).__name__, **asdict(self)}
+        return event_json(self)
+
+
+@dataclass(frozen=True, slots=True)
+class CallStarted(CallEvent):
+    kind: str
+    """How the caller came in: ``sip`` or ``webrtc``."""
+    source: str
+    """Where from: the trunk's ``transport:host:port`` for SIP, the browser's IP for WebRTC."""
 
 
 @dataclass(frozen=True, slots=True)
 class CallStateChanged(CallEvent):
     old: str
+    """State before (``kefu.mediaserver.call_state.CallState`` values)."""
     new: str
+    """State after."""
     reason: str
+    """Why, in words (``answered``, ``REFER to sip:...``, ``bye``)."""
 
 
 @dataclass(frozen=True, slots=True)
 class DtmfReceived(CallEvent):
     digit: str
+    """``0``-``9``, ``*``, ``#``, ``A``-``D``."""
     source: str
     """"rfc4733" or "info"."""
 
@@ -34,5 +63,94 @@ class DtmfReceived(CallEvent):
 @dataclass(frozen=True, slots=True)
 class TransferProgress(CallEvent):
     target: str
+    """The REFER's target URI."""
     status: int
     """The sipfrag status from the REFER's NOTIFY (or the REFER's own final response)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CallEnded(CallEvent):
+    reason: str
+    """Why (``bye``, ``api``, ``transferred``, ``max_call_seconds``, ``rejected 503``...)."""
+    answered: bool
+    """The call had been answered (ai_active was reached)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EventType:
+    """How one event class is written on the wire."""
+
+    name: str
+    """The JSON ``type``."""
+    at: tuple[str, ...] = ("at",)
+    """Fields that give the envelope's ``at``, first one set wins (else the time of writing)."""
+    loop_times: tuple[str, ...] = ()
+    """Fields holding event-loop times (``loop.time()``), written as UNIX times."""
+    extra: Callable[[Any], dict[str, Any]] | None = None
+    """Derived fields added to the JSON form."""
+
+
+_TRACE_MARKS = (
+    "speech_end",
+    "end_of_turn",
+    "asr_final",
+    "answer_chosen",
+    "first_tts_audio",
+    "first_packet",
+)
+
+EVENT_TYPES: dict[type, EventType] = {
+    CallStarted: EventType("call.started"),
+    CallStateChanged: EventType("call.state_changed"),
+    DtmfReceived: EventType("call.dtmf"),
+    TransferProgress: EventType("call.transfer_progress"),
+    CallEnded: EventType("call.ended"),
+    Utterance: EventType("transcript.final", loop_times=("at",)),
+    BargeIn: EventType(
+        "turn.barge_in", at=("paused_at",), loop_times=("speech_start", "paused_at")
+    ),
+    TurnTrace: EventType(
+        "turn.trace",
+        at=("first_packet", "asr_final", "end_of_turn"),
+        loop_times=_TRACE_MARKS,
+        extra=lambda trace: {"stages_ms": trace.stages_ms()},
+    ),
+    HandoffRequested: EventType("handoff.requested", loop_times=("at",)),
+}
+"""Every event class the bus carries -> its wire form. A class missing here is not sent."""
+
+
+def event_json(event: object, *, now: float | None = None) -> dict[str, Any]:
+    """The JSON form of a bus event; KeyError for a class not in :data:`EVENT_TYPES`.
+
+    ``now``: the current UNIX time (tests pin it); loop times are converted with the offset
+    between ``time.time()`` and ``time.monotonic()`` (the clock of asyncio's and uvloop's
+    ``loop.time()``).
+    """
+    kind = EVENT_TYPES[type(event)]
+    assert is_dataclass(event) and not isinstance(event, type)
+    wall = time.time() if now is None else now
+    offset = wall - time.monotonic()
+    body: dict[str, Any] = asdict(event)
+    for name in kind.loop_times:
+        value = body.get(name)
+        if isinstance(value, int | float) and value:
+            body[name] = round(value + offset, 3)
+    at = round(wall, 3)
+    for name in kind.at:
+        value = body.get(name)
+        if isinstance(value, int | float) and value:
+            at = round(float(value), 3)
+            break
+    call_id = body.pop("call_id")
+    body.pop("at", None)  # an ``at`` field is always the envelope's (first in ``kind.at``)
+    out: dict[str, Any] = {"v": EVENT_VERSION, "type": kind.name, "call_id": call_id, "at": at}
+    out.update(body)
+    if kind.extra is not None:
+        out.update(kind.extra(event))
+    return out
+
+
+def event_fields(cls: type) -> list[str]:
+    """The fields an event class adds to the envelope (docs and tests list them)."""
+    return [f.name for f in fields(cls) if f.name not in ("call_id", "at")]

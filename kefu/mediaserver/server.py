@@ -31,7 +31,13 @@ from kefu.mediaserver.bus import EventBus
 from kefu.mediaserver.call import Call
 from kefu.mediaserver.call_state import CallInput, CallState
 from kefu.mediaserver.config import Config, jwt_secret
-from kefu.mediaserver.events import DtmfReceived, TransferProgress, event_json
+from kefu.mediaserver.events import (
+    CallEnded,
+    CallStarted,
+    DtmfReceived,
+    TransferProgress,
+    event_json,
+)
 from kefu.mediaserver.logs import configure_logging
 from kefu.mediaserver.media import PcmTrack, PromptThenEcho, chime, load_wav
 from kefu.mediaserver.metrics import Metrics
@@ -451,6 +457,7 @@ class KefuServer:
         self._idle.clear()
         self.metrics.active_calls.set(len(self.calls))
         call.log.info("call_incoming", source=event.source, sip_call_id=event.sip_call_id)
+        self.bus.publish(CallStarted(call.id, time.time(), "sip", event.source))
         call.spawn(self._answer(call, event.offer), "answer")
 
     async def _answer(self, call: Call, offer_bytes: bytes | None) -> None:
@@ -678,6 +685,7 @@ class KefuServer:
             self.metrics.calls_total.labels(result).inc()
         self.metrics.active_calls.set(len(self.calls))
         call.log.info("call_ended", reason=reason)
+        self.bus.publish(CallEnded(call.id, time.time(), reason, call.answered is not None))
         if not self.calls:
             self._idle.set()
 

@@ -1,17 +1,38 @@
-"""The HTTP port: health, readiness, Prometheus metrics and a small call-control API.
+"""The HTTP port: health, readiness, Prometheus metrics and the call-control API.
 
 signaling/ is the only user of aiohttp; the media server hands in a :class:`Control`.
+
+``/healthz``, ``/readyz`` and ``/metrics`` are open (load balancers and Prometheus read them on
+the private network). Everything under ``/api/`` needs a token
+(:mod:`kefu.signaling.api_access`): without a valid one 401 ``unauthorized`` with
+``WWW-Authenticate: Bearer``, with a role that may not use the API 403 ``forbidden``.
+Transfer targets must pass the allow-list (403 ``target_not_allowed``, nothing sent), and
+every transfer and hang-up is logged (``control_action``) with who asked and what came of it.
+``GET /api/events`` (kefu.signaling.events_ws) checks its own token after the upgrade.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from aiohttp import web
+import structlog
+from aiohttp import hdrs, web
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from kefu.signaling.api_access import TransferAllowList, bearer_token, check_role
+from kefu.signaling.auth import Authenticator, Claims
+from kefu.signaling.errors import AuthError
+
 MAX_BODY = 64 * 1024
+API_PREFIX = "/api/"
+_OWN_AUTH = ("/api/events",)
+"""API paths that check their token themselves (a WebSocket is refused after its upgrade)."""
+
+CLAIMS_KEY = web.RequestKey("kefu_claims", Claims)
+
+log = structlog.get_logger("kefu.api")
 
 
 class Control(Protocol):
@@ -22,12 +43,80 @@ class Control(Protocol):
     def hangup(self, call_id: str) -> None: ...
 
 
-def _error(status: int, code: str, message: str) -> web.Response:
+def error_response(status: int, code: str, message: str) -> web.Response:
     return web.json_response({"error": {"code": code, "message": message}}, status=status)
 
 
-def build_app(control: Control) -> web.Application:
-    app = web.Application(client_max_size=MAX_BODY)
+_error = error_response
+
+
+async def authorize(auth: Authenticator, token: str | None) -> Claims:
+    """The claims of a token that may use the API; AuthError ``bad_token`` or ``forbidden``."""
+    if not token:
+        raise AuthError("a token is required (Authorization: Bearer <token>)")
+    claims = await auth.verify(token)
+    check_role(claims)
+    return claims
+
+
+def refusal(exc: AuthError, *, ip: str, path: str) -> web.Response:
+    """401 (no or bad token) or 403 (role not allowed), logged; RFC 6750 section 3."""
+    forbidden = exc.code == "forbidden"
+    status, code = (403, "forbidden") if forbidden else (401, "unauthorized")
+    challenge = 'Bearer realm="kefu"' + (', error="insufficient_scope"' if forbidden else "")
+    log.info("api_refused", ip=ip, path=path, code=code, reason=str(exc))
+    response = error_response(status, code, str(exc))
+    response.headers[hdrs.WWW_AUTHENTICATE] = challenge
+    return response
+
+
+def _is_api(request: web.Request) -> bool:
+    resource = request.match_info.route.resource
+    canonical = resource.canonical if resource is not None else ""
+    path = request.path
+    if path in _OWN_AUTH or canonical in _OWN_AUTH:
+        return False
+    return path.startswith(API_PREFIX) or canonical.startswith(API_PREFIX)
+
+
+def build_app(
+    control: Control,
+    *,
+    auth: Authenticator,
+    transfer_allow: TransferAllowList | None = None,
+) -> web.Application:
+    """The HTTP app; ``auth`` checks ``/api/*`` tokens, ``transfer_allow`` the REFER targets
+    (None: only the server's own ``sip.transfer_target``, i.e. no target in the body)."""
+    allow = transfer_allow or TransferAllowList()
+
+    @web.middleware
+    async def require_token(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        if not _is_api(request):
+            return await handler(request)
+        ip = request.remote or "unknown"
+        try:
+            claims = await authorize(auth, bearer_token(request.headers.get(hdrs.AUTHORIZATION)))
+        except AuthError as exc:
+            return refusal(exc, ip=ip, path=request.path)
+        request[CLAIMS_KEY] = claims
+        return await handler(request)
+
+    app = web.Application(client_max_size=MAX_BODY, middlewares=[require_token])
+
+    def audit(request: web.Request, action: str, call_id: str, outcome: str, **kw: Any) -> None:
+        claims = request[CLAIMS_KEY]
+        log.info(
+            "control_action",
+            action=action,
+            call_id=call_id,
+            user=claims.user,
+            role=claims.role,
+            ip=request.remote,
+            outcome=outcome,
+            **kw,
+        )
 
     async def healthz(_: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
@@ -47,28 +136,40 @@ def build_app(control: Control) -> web.Application:
         return web.json_response({"calls": control.list_calls()})
 
     async def transfer(request: web.Request) -> web.Response:
+        call_id = request.match_info["call_id"]
         target: str | None = None
         if request.can_read_body:
             try:
                 body = await request.json()
             except ValueError:
+                audit(request, "transfer", call_id, "bad_json")
                 return _error(400, "bad_json", "body is not valid JSON")
             if not isinstance(body, dict) or not isinstance(body.get("target", ""), str):
+                audit(request, "transfer", call_id, "bad_request")
                 return _error(400, "bad_request", 'expected {"target": "sip:..."}')
-            target = body.get("target")
+            target = body.get("target") or None
+        if not allow.allows(target):
+            audit(request, "transfer", call_id, "target_not_allowed", target=target)
+            return _error(403, "target_not_allowed", "target is not in calls.transfer_allow")
         try:
-            control.transfer(request.match_info["call_id"], target)
+            control.transfer(call_id, target)
         except KeyError:
+            audit(request, "transfer", call_id, "unknown_call", target=target)
             return _error(404, "unknown_call", "no such call")
         except ValueError as exc:
+            audit(request, "transfer", call_id, "cannot_transfer", target=target, error=str(exc))
             return _error(409, "cannot_transfer", str(exc))
+        audit(request, "transfer", call_id, "accepted", target=target)
         return web.json_response({"status": "transferring"}, status=202)
 
     async def hangup(request: web.Request) -> web.Response:
+        call_id = request.match_info["call_id"]
         try:
-            control.hangup(request.match_info["call_id"])
+            control.hangup(call_id)
         except KeyError:
+            audit(request, "hangup", call_id, "unknown_call")
             return _error(404, "unknown_call", "no such call")
+        audit(request, "hangup", call_id, "accepted")
         return web.json_response({"status": "ending"}, status=202)
 
     web_root = Path(__file__).resolve().parent.parent / "web"

@@ -5,9 +5,20 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import structlog
 from aiohttp.test_utils import TestClient, TestServer
 
+from kefu.signaling.api_access import TransferAllowList
+from kefu.signaling.auth import Authenticator
 from kefu.signaling.http import build_app
+from tests.signaling.fakes import SECRET, token
+
+AUTH = Authenticator(secret=SECRET)
+ALLOW = TransferAllowList(["sip:queue@vcc", "sip:busy@x", "sip:*@vcc.example"])
+
+
+def bearer(role: str = "agent", user: str = "bob") -> dict[str, str]:
+    return {"Authorization": f"Bearer {token(user, role)}"}
 
 
 class FakeControl:
@@ -42,7 +53,8 @@ class FakeControl:
 @pytest.fixture
 async def client():
     control = FakeControl()
-    async with TestClient(TestServer(build_app(control))) as c:
+    app = build_app(control, auth=AUTH, transfer_allow=ALLOW)
+    async with TestClient(TestServer(app)) as c:
         c.control = control
         yield c
 
@@ -58,11 +70,15 @@ async def test_health_ready_metrics(client) -> None:
 
 
 async def test_calls_transfer_and_hangup(client) -> None:
-    assert (await (await client.get("/api/calls")).json())["calls"][0]["call_id"] == "c1"
-    resp = await client.post("/api/calls/c1/transfer", json={"target": "sip:queue@vcc"})
+    calls = await client.get("/api/calls", headers=bearer())
+    assert (await calls.json())["calls"][0]["call_id"] == "c1"
+    resp = await client.post(
+        "/api/calls/c1/transfer", json={"target": "sip:queue@vcc"}, headers=bearer()
+    )
     assert resp.status == 202
     assert client.control.transfers == [("c1", "sip:queue@vcc")]
-    assert (await client.post("/api/calls/c1/hangup")).status == 202
+    assert (await client.post("/api/calls/c1/hangup", headers=bearer())).status == 202
+    assert client.control.hangups == ["c1"]
 
 
 @pytest.mark.parametrize(
@@ -77,7 +93,141 @@ async def test_calls_transfer_and_hangup(client) -> None:
     ],
 )
 async def test_bad_requests_get_clear_errors(client, path, kwargs, status, code) -> None:
-    resp = await client.post(path, **kwargs)
+    resp = await client.post(path, headers=bearer(), **kwargs)
     assert resp.status == status
     if code:
         assert (await resp.json())["error"]["code"] == code
+
+
+API = [
+    ("GET", "/api/calls"),
+    ("POST", "/api/calls/c1/transfer"),
+    ("POST", "/api/calls/c1/hangup"),
+    ("POST", "/api/calls/nope/hangup"),  # 401 before 404: no probing for call ids
+    ("GET", "/api/no-such-thing"),  # nor for routes
+]
+
+
+@pytest.mark.parametrize(("method", "path"), API)
+@pytest.mark.parametrize(
+    "authorization",
+    [
+        None,
+        "",
+        "Bearer",
+        "Bearer ",
+        "Basic Ym9iOnNlY3JldA==",
+        "Bearer not.a.jwt",
+        f"Bearer {token('bob', 'agent', ttl=-60)}",  # expired beyond the leeway
+        "Bearer " + token("bob", "agent").rsplit(".", 1)[0] + ".c2lnbmF0dXJl",  # bad signature
+    ],
+)
+async def test_api_without_a_valid_token_is_401(client, method, path, authorization) -> None:
+    headers = {} if authorization is None else {"Authorization": authorization}
+    resp = await client.request(method, path, headers=headers)
+    assert resp.status == 401
+    assert resp.headers["WWW-Authenticate"].startswith("Bearer")
+    assert (await resp.json())["error"]["code"] == "unauthorized"
+    assert client.control.transfers == [] and client.control.hangups == []
+
+
+@pytest.mark.parametrize(("method", "path"), API)
+async def test_api_with_a_customer_token_is_403(client, method, path) -> None:
+    resp = await client.request(method, path, headers=bearer("customer", "alice"))
+    assert resp.status == 403
+    assert (await resp.json())["error"]["code"] == "forbidden"
+    assert client.control.transfers == [] and client.control.hangups == []
+
+
+@pytest.mark.parametrize("role", ["agent", "supervisor", "admin"])
+async def test_staff_roles_may_use_the_api(client, role) -> None:
+    assert (await client.get("/api/calls", headers=bearer(role))).status == 200
+    assert (await client.post("/api/calls/c1/hangup", headers=bearer(role))).status == 202
+    assert (await client.get("/api/no-such-thing", headers=bearer(role))).status == 404
+
+
+async def test_health_ready_metrics_need_no_token(client) -> None:
+    for path in ("/healthz", "/readyz", "/metrics"):
+        assert (await client.get(path)).status == 200
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "sip:toll@premium.example",
+        "sip:queue@vcc.example.evil",
+        "sip:queue@vcc;maddr=premium.example",
+        "sip:any@vcc.example;maddr=premium.example",  # a host pattern with a re-route
+        "sip:any@vcc.example?Replaces=abc",
+        "sip:any@vcc.example:5070",  # the pattern names no port
+        "sips:any@vcc.example",
+        "tel:+19005550100",
+        "sip:queue@vcc\r\nX-Evil: 1",
+        "not a uri",
+    ],
+)
+async def test_transfer_outside_the_allow_list_is_403_and_nothing_is_sent(client, target) -> None:
+    with structlog.testing.capture_logs() as logs:
+        resp = await client.post(
+            "/api/calls/c1/transfer", json={"target": target}, headers=bearer("admin", "root")
+        )
+    assert resp.status == 403
+    assert (await resp.json())["error"]["code"] == "target_not_allowed"
+    assert client.control.transfers == []
+    (line,) = [e for e in logs if e["event"] == "control_action"]
+    assert line["outcome"] == "target_not_allowed" and line["target"] == target
+    assert (line["user"], line["role"], line["call_id"]) == ("root", "admin", "c1")
+
+
+@pytest.mark.parametrize(
+    ("body", "sent"),
+    [
+        (None, None),  # no body: the server's own sip.transfer_target
+        ({"target": ""}, None),
+        ({"target": "sip:queue@vcc"}, "sip:queue@vcc"),
+        ({"target": "SIP:queue@VCC"}, "SIP:queue@VCC"),  # scheme and host are case-blind
+        ({"target": "sip:agent-7@vcc.example"}, "sip:agent-7@vcc.example"),
+        ({"target": "sip:a@VCC.example;transport=tcp"}, "sip:a@VCC.example;transport=tcp"),
+    ],
+)
+async def test_transfer_inside_the_allow_list_is_sent(client, body, sent) -> None:
+    kwargs = {} if body is None else {"json": body}
+    resp = await client.post("/api/calls/c1/transfer", headers=bearer(), **kwargs)
+    assert resp.status == 202
+    assert client.control.transfers == [("c1", sent)]
+
+
+async def test_every_control_action_is_logged_with_who_did_it(client) -> None:
+    with structlog.testing.capture_logs() as logs:
+        await client.post("/api/calls/c1/hangup", headers=bearer("supervisor", "sue"))
+        await client.post("/api/calls/gone/hangup", headers=bearer("agent", "bob"))
+        await client.post("/api/calls/c1/transfer", json={"target": "sip:busy@x"}, headers=bearer())
+        await client.post("/api/calls/c1/hangup")  # refused before any action
+    actions = [e for e in logs if e["event"] == "control_action"]
+    assert [(a["action"], a["call_id"], a["user"], a["role"], a["outcome"]) for a in actions] == [
+        ("hangup", "c1", "sue", "supervisor", "accepted"),
+        ("hangup", "gone", "bob", "agent", "unknown_call"),
+        ("transfer", "c1", "bob", "agent", "cannot_transfer"),
+    ]
+    (refused,) = [e for e in logs if e["event"] == "api_refused"]
+    assert refused["code"] == "unauthorized" and refused["path"] == "/api/calls/c1/hangup"
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    ["", "sip:q*@vcc", "sip:*@*.vcc", "tel:*", "*", "sip:*@vcc;maddr=x", "http://x/", "<sip:q@v>"],
+)
+def test_bad_allow_list_patterns_are_refused(pattern) -> None:
+    with pytest.raises(ValueError):
+        TransferAllowList([pattern])
+
+
+def test_a_bad_allow_list_stops_start_up_naming_the_key() -> None:
+    from kefu.errors import ConfigError
+    from kefu.mediaserver.config import load_config
+
+    with pytest.raises(ConfigError) as info:
+        load_config(environ={"KEFU_CALLS_TRANSFER_ALLOW": "sip:*@vcc.example,sip:q*@x"})
+    assert info.value.key == "calls.transfer_allow"
+    config = load_config(environ={"KEFU_CALLS_TRANSFER_ALLOW": "sip:*@vcc.example,tel:+8610"})
+    assert config.calls.transfer_allow == ("sip:*@vcc.example", "tel:+8610")
