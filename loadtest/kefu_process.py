@@ -151,6 +151,22 @@ class KefuProcess:
         """The log lines whose ``event`` is ``name`` (all of them for None)."""
         return [e for e in self.log_lines() if name is None or e.get("event") == name]
 
+    def wait_event(self, name: str, timeout: float = 15.0) -> dict[str, Any]:
+        """The first log line whose ``event`` is ``name``, once kefu has written it.
+
+        A generous deadline instead of a fixed sleep: kefu logs as it acts, so a loaded CI
+        box only makes this return later. (The log is a file with no change event to await,
+        so it is re-read every 20 ms.)
+        """
+        deadline = time.monotonic() + timeout
+        while not (found := self.events(name)):
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"kefu exited before logging {name!r}: {self.log_tail()}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"kefu did not log {name!r} within {timeout} s")
+            time.sleep(0.02)
+        return found[0]
+
     def metrics(self) -> str:
         with urllib.request.urlopen(f"{self.http}/metrics", timeout=5) as resp:
             text: str = resp.read().decode()

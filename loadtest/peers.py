@@ -24,9 +24,9 @@ import math
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
+import threading
 import time
 import wave
 from collections.abc import Callable, Mapping, Sequence
@@ -56,13 +56,90 @@ def stop_process(proc: subprocess.Popen[bytes], first: signal.Signals, grace: fl
             continue
 
 
-def free_port(transport: str = "udp", ip: str = LOCALHOST) -> int:
-    """A port the kernel just had free on ``ip`` (for tests; another process may take it)."""
-    kind = socket.SOCK_STREAM if transport.startswith("t") else socket.SOCK_DGRAM
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind((ip, 0))
-        port: int = s.getsockname()[1]
-        return port
+# Ports for peer processes (SIPp, baresip, coturn, fake servers) come from a range that
+# nothing else in a private network namespace uses: below kefu's RTP default (20000-29999,
+# kefu/mediaserver/config.py) and the kernel's ephemeral range (net.ipv4.ip_local_port_range,
+# 32768-60999 by default), so no ``:0`` bind can land there. Inside the namespace only the
+# tests and their peers run, and the pool never hands a port out twice: a port it gives
+# cannot be taken by anyone else between the test choosing it and the peer binding it.
+PEER_PORTS = (12000, 19999)
+"""Inclusive range :func:`take_ports` hands out (docs/TESTING.md, "Ports")."""
+ANYWHERE_ENV = "KEFU_PEER_PORTS_ANYWHERE"
+"""Set to 1 to let :func:`take_ports` work outside a private namespace (best effort)."""
+
+
+_EPHEMERAL = "/proc/sys/net/ipv4/ip_local_port_range"
+
+
+class PortsUnsafe(RuntimeError):
+    """:func:`take_ports` cannot promise that nothing else takes the ports it hands out."""
+
+
+def _only_loopback() -> bool:
+    """Whether this network namespace has no interface but ``lo`` (``unshare -n``)."""
+    lines = Path("/proc/net/dev").read_text().splitlines()[2:]
+    return {line.split(":", 1)[0].strip() for line in lines} <= {"lo"}
+
+
+def _range_safe(lo: int, hi: int) -> str | None:
+    """Why ``lo..hi`` is not reserved for peers here, or None when it is."""
+    from kefu.mediaserver.config import RtpConfig
+
+    eph_lo, eph_hi = (int(x) for x in Path(_EPHEMERAL).read_text().split())
+    rtp_lo, rtp_hi = RtpConfig().ports
+    if lo <= eph_hi and eph_lo <= hi:
+        return f"{lo}-{hi} overlaps the ephemeral range {eph_lo}-{eph_hi} ({_EPHEMERAL})"
+    if lo <= rtp_hi and rtp_lo <= hi:
+        return f"{lo}-{hi} overlaps kefu's default RTP ports {rtp_lo}-{rtp_hi}"
+    if not _only_loopback():
+        if os.environ.get(ANYWHERE_ENV) == "1":
+            return None  # best effort (loadtest CLI on a shared host); bound ports are skipped
+        return (
+            "this network namespace has interfaces besides lo, so other programs may bind "
+            "any port: run under unshare -n sh -c 'ip link set lo up && ...' "
+            f"(scripts/test.sh), or set {ANYWHERE_ENV}=1 for a best-effort benchmark run"
+        )
+    return None
+
+
+class PortPool:
+    """Hands out ports of ``lo..hi`` in increasing order, never one twice, skipping any that
+    something has bound; thread-safe. Use the process-wide pool through :func:`take_ports`."""
+
+    def __init__(self, lo: int, hi: int) -> None:
+        self.lo, self.hi = lo, hi
+        self._next = lo
+        self._lock = threading.Lock()
+        self._checked = False
+
+    def take(self, count: int = 1, *, even: bool = False) -> int:
+        """The first of ``count`` consecutive ports (an even first one with ``even``: an RTP
+        port and its RTCP port + 1, or a baresip ``rtp_ports`` block); raises
+        :class:`PortsUnsafe` outside a private namespace, RuntimeError when exhausted."""
+        with self._lock:
+            if not self._checked:
+                if why := _range_safe(self.lo, self.hi):
+                    raise PortsUnsafe(why)
+                self._checked = True
+            while True:
+                first = self._next + (self._next % 2 if even else 0)
+                if first + count - 1 > self.hi:
+                    raise RuntimeError(f"peer ports {self.lo}-{self.hi} are all handed out")
+                self._next = first + count
+                block = range(first, first + count)
+                if not any(port_is_bound(p, t) for p in block for t in ("udp", "tcp")):
+                    return first
+
+
+# The one mutable module global (house rule 10 allows none): "never twice" must hold for the
+# whole test process, across fixtures, threads and helper modules.
+_POOL = PortPool(*PEER_PORTS)
+
+
+def take_ports(count: int = 1, *, even: bool = False) -> int:
+    """The first of ``count`` consecutive loopback ports (UDP and TCP) for a peer process,
+    from :data:`PEER_PORTS`, that no other socket can take: see :class:`PortPool`."""
+    return _POOL.take(count, even=even)
 
 
 def _tail(path: Path, limit: int = 4000) -> str:
@@ -327,12 +404,18 @@ class SippProcess:
         self.stop()
 
 
+def sipp_media_port() -> int:
+    """A ``-mp`` for SIPp from :func:`take_ports`: even, with the three ports above it
+    reserved too (RTCP on +1; ``-rtp_echo`` and pcap play also use +2 and +3)."""
+    return take_ports(4, even=True)
+
+
 def start_sipp_uas(
     scenario: str | Path = "uas_kefu_mimic",
     *,
-    port: int = 5070,
+    port: int | None = None,
     transport: str = "u1",
-    media_port: int = 16000,
+    media_port: int | None = None,
     rtp_echo: bool = True,
     calls: int | None = None,
     variables: Mapping[str, object] | None = None,
@@ -342,9 +425,16 @@ def start_sipp_uas(
 ) -> SippProcess:
     """Start a SIPp server on 127.0.0.1:``port`` and return once its SIP port is bound.
 
+    ``port`` and ``media_port`` default to ports from :func:`take_ports` and
+    :func:`sipp_media_port`.
+
     ``variables={"mode": "refer"}`` selects the behaviour of uas_kefu_mimic.xml; with
     ``calls`` SIPp exits by itself after that many calls.
     """
+    if port is None:
+        port = take_ports()
+    if media_port is None:
+        media_port = sipp_media_port()
     workdir = Path(tempfile.mkdtemp(prefix="kefu-sipp-uas-"))
     cmd = sipp_command(
         scenario,
@@ -543,13 +633,24 @@ class BaresipProcess:
         self.cleanup()
 
 
+def baresip_rtp_ports(pairs: int = 4) -> tuple[int, int]:
+    """An even-aligned ``rtp_ports`` range of ``pairs`` RTP/RTCP pairs from :func:`take_ports`.
+
+    baresip (1.0) rounds the low end up to even and may use the port just above the high end
+    (its RTCP), so the block reserved is ``lo .. hi + 1`` and every port baresip can pick lies
+    inside it.
+    """
+    lo = take_ports(2 * pairs + 2, even=True)
+    return lo, lo + 2 * pairs
+
+
 def start_baresip(
     uri: str,
     audio_wav: str | Path,
     *,
     hangup_after: float | None = None,
-    sip_port: int = 5062,
-    rtp_ports: tuple[int, int] = (17000, 17010),
+    sip_port: int | None = None,
+    rtp_ports: tuple[int, int] | None = None,
     ip: str = LOCALHOST,
 ) -> BaresipProcess:
     """Start baresip in a temporary HOME and dial ``uri`` (add ``;transport=tcp`` for TCP).
@@ -557,9 +658,13 @@ def start_baresip(
     The caller's audio is ``audio_wav`` (mono 16-bit 8 kHz, read by the aufile module);
     baresip hangs up when the file ends, or when it quits after ``hangup_after`` seconds
     (``-t``, whole seconds), whichever is first; without ``hangup_after`` it quits a second
-    after the file ends. Only G.711 is loaded, so the offer is PCMU + PCMA. Both
-    directions are recorded by the sndfile module (:meth:`BaresipProcess.recordings`).
+    after the file ends. ``sip_port`` and ``rtp_ports`` default to ports from
+    :func:`take_ports` (see :func:`baresip_rtp_ports`). Only G.711 is loaded, so the offer
+    is PCMU + PCMA. Both directions are recorded by the sndfile module
+    (:meth:`BaresipProcess.recordings`).
     """
+    sip_port = take_ports() if sip_port is None else sip_port
+    rtp_ports = baresip_rtp_ports() if rtp_ports is None else rtp_ports
     home = Path(tempfile.mkdtemp(prefix="kefu-baresip-"))
     conf = home / ".baresip"
     record_dir = home / "rec"

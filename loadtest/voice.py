@@ -15,7 +15,9 @@ caller would see it:
 
 The per-stage breakdown (endpoint, asr, dialog, tts, playout) comes from kefu's interaction
 log (``KEFU_AI_INTERACTION_LOG``) when ``--interaction-log`` points at it. Everything binds
-127.0.0.1: run inside a private network namespace.
+127.0.0.1: run inside a private network namespace (``unshare -n``); the SIP callers' ports
+come from :func:`loadtest.peers.take_ports`, which refuses to hand any out elsewhere unless
+``KEFU_PEER_PORTS_ANYWHERE=1`` (best effort on a shared host).
 """
 
 from __future__ import annotations
@@ -249,16 +251,11 @@ def run_sip(
 ) -> list[Heard]:
     """One SIPp call per script against ``HOST:PORT``, ``concurrency`` at a time, all under
     one tshark capture; returns what each call sent and heard on the wire."""
-    from loadtest.peers import TsharkCapture, free_port, run_sipp
+    from loadtest.peers import TsharkCapture, run_sipp, sipp_media_port, take_ports
     from loadtest.rtpcap import find_stream, rtp_streams
 
     workdir.mkdir(parents=True, exist_ok=True)
-    ports: list[int] = []
-    while len(ports) < len(scripts):
-        # Even ports: SIPp also binds media port + 2 for its echo socket.
-        p = free_port()
-        if p % 2 == 0 and p not in ports and p + 2 not in ports and p - 2 not in ports:
-            ports.append(p)
+    ports = [sipp_media_port() for _ in scripts]
     pcaps = []
     for i, script in enumerate(scripts):
         pcaps.append(workdir / f"call{i:03d}.pcap")
@@ -272,7 +269,7 @@ def run_sip(
             scenario,
             target,
             media_port=ports[i],
-            local_port=free_port(),
+            local_port=take_ports(),
             keys={"pcap": pcaps[i]},
             variables={**extra_vars, **(variables or {})},
             timeout=scripts[i].seconds + 25,

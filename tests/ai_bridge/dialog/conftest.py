@@ -6,7 +6,8 @@ import asyncio
 import datetime as dt
 import json
 import os
-from collections.abc import AsyncIterator, Callable
+import socket
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -128,6 +129,15 @@ async def serve(fake: FakeLlm) -> AsyncIterator[FakeLlm]:
         yield fake
     finally:
         await runner.cleanup()
+
+
+@pytest.fixture
+def refused_url() -> Iterator[str]:
+    """``http://127.0.0.1:PORT`` where connecting is refused: a TCP socket holds the port
+    bound but never listens, so nothing else can take it meanwhile (no guessed port)."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        yield f"http://127.0.0.1:{held.getsockname()[1]}"
 
 
 @pytest.fixture

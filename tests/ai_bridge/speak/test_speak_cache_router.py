@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
@@ -74,12 +73,11 @@ async def test_prerendered_phrases_are_instant(
 
     monkeypatch.setattr(voice.english, "synthesize", no_synthesis)
     monkeypatch.setattr(voice.chinese, "synthesize", no_synthesis)
+    # Instant = no synthesis (the engines above raise); what a hit costs in time is
+    # loadtest/bench_speak.py::test_cache_hit_cost, not a wall-clock assert here.
     for text in ("One moment please.", "请稍等。"):
-        t0 = time.perf_counter()
         chunks = [c async for c in voice.synthesize(text)]
-        elapsed = time.perf_counter() - t0
         assert chunks and chunks[-1].is_last
-        assert elapsed < 0.005, f"cache hit took {elapsed * 1000:.2f} ms"
     await voice.close()  # injected engines stay usable: the voice does not own them
     assert voice.english.ready
 
