@@ -86,7 +86,31 @@ def main(argv: list[str] | None = None) -> int:
         sub.add_parser("flood", help="INVITE/garbage floods: legit calls and OPTIONS answered")
     )
 
+    events = sub.add_parser("events", help="call events through the bus to /api/events readers")
+    events.add_argument("--readers", default="1,50", help="reader counts, e.g. 1,50")
+    events.add_argument("--rate", type=float, default=500.0, help="paced events/s")
+    events.add_argument("--seconds", type=float, default=10.0, help="paced phase length")
+    events.add_argument("--burst", type=int, default=5000, help="events in the burst phase")
+    events.add_argument("--queue", type=int, default=256, help="events queued per reader")
+    events.add_argument("--json", dest="json_out")
+
     args = parser.parse_args(argv)
+    if args.command == "events":
+        import asyncio
+
+        from loadtest import events_bench
+
+        summary = asyncio.run(
+            events_bench.run(
+                [int(n) for n in args.readers.split(",")],
+                args.rate,
+                args.seconds,
+                args.burst,
+                args.queue,
+            )
+        )
+        _emit(summary, *events_bench.table(summary), args.json_out)
+        return 0
     if args.command == "flood":
         return flood.main(args)
     if args.command == "webrtc":
