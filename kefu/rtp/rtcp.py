@@ -309,8 +309,15 @@ class RtcpUnknown:
     """Everything after the 4-byte header, padding removed."""
 
     def serialize(self) -> bytes:
-        body = self.body + bytes(-len(self.body) % 4)
-        return _header(self.count, self.packet_type, len(body)) + body
+        pad = -len(self.body) % 4
+        if not pad:
+            return _header(self.count, self.packet_type, len(self.body)) + self.body
+        # Padding must be flagged (P bit, count in the last octet, §6.4.1); bare zeros would
+        # become part of the body the receiver reads.
+        padding = bytes(pad - 1) + bytes([pad])
+        return (
+            _header(self.count, self.packet_type, len(self.body) + pad, True) + self.body + padding
+        )
 
     def __bytes__(self) -> bytes:
         return self.serialize()

@@ -2,18 +2,20 @@
 
 Server side: :class:`DigestServer` issues challenges for ``WWW-Authenticate`` /
 ``Proxy-Authenticate`` and verifies ``Authorization`` / ``Proxy-Authorization`` values.
-Nonces are stateless: ``base64url(timestamp || random || HMAC(secret, timestamp || random ||
-realm))``, so any node that knows ``secret`` can verify them, and an expired but genuine nonce
-yields ``stale=true`` (RFC 7616 §3.3) instead of a hard failure.
+Nonces are ``base64url(timestamp || random || HMAC(secret, timestamp || random || realm))``
+so a forged nonce is told apart from an old one, and every nonce issued is also remembered
+(bounded: ``max_nonces``, oldest evicted first, expired ones purged) with the highest nonce
+count accepted for it. That state stops replays (RFC 7616 §3.4, §5.2; RFC 3261 §22.4): with
+qop the ``nc`` must strictly increase per nonce, without qop a nonce is good once, and the
+``uri`` directive must name the Request-URI (RFC 3261 §19.1.4 equality). A right answer on a
+nonce that is expired, used up, evicted or unknown to this node yields ``stale=true``
+(RFC 7616 §3.3), so the client retries at once with the fresh nonce of the new challenge.
 
 Client side: :func:`answer_challenge` turns a challenge header value into an ``Authorization``
 header value.
 
 Algorithms: MD5, SHA-256, SHA-512-256 (RFC 8760) and their ``-sess`` variants; qop ``auth``,
 ``auth-int`` and the legacy no-qop form of RFC 2069 that some SIP peers still send.
-
-nc replay tracking is deliberately absent: it needs per-nonce state, which would defeat the
-stateless nonce; a replay is bounded by the nonce lifetime instead.
 """
 
 from __future__ import annotations
@@ -23,11 +25,13 @@ import hashlib
 import hmac
 import os
 import struct
+from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from kefu.errors import SipParseError
+from kefu.sip.uri import SipUri, is_token
 
 __all__ = [
     "AuthResult",
@@ -105,7 +109,7 @@ def parse_auth_params(value: str, *, header: str = "Authorization") -> tuple[str
             i += 1
         key = s[start:i].lower()
         i = _skip_ws(s, i)
-        if not key or i >= n or s[i] != "=":
+        if not is_token(key) or i >= n or s[i] != "=":
             raise SipParseError(f"{header}: expected key=value near {s[start:]!r}", header=header)
         i = _skip_ws(s, i + 1)
         if i < n and s[i] == '"':
@@ -278,9 +282,13 @@ class DigestCredentials:
             f"response={_quote(self.response)}",
             f"algorithm={self.algorithm.value}",
         ]
+        # nc and cnonce are written whenever known, qop or not: -sess hashes cnonce even
+        # without qop, so dropping it would change what the credentials prove.
         if self.qop is not None:
             parts.append(f"qop={self.qop}")
+        if self.qop is not None or self.nc is not None:
             parts.append(f"nc={self.nc or 0:08x}")
+        if self.qop is not None or self.cnonce is not None:
             parts.append(f"cnonce={_quote(self.cnonce or '')}")
         if self.opaque is not None:
             parts.append(f"opaque={_quote(self.opaque)}")
@@ -397,10 +405,12 @@ _MAC_LEN = 16
 
 
 class DigestServer:
-    """Stateless digest verifier for one realm.
+    """Digest verifier for one realm, remembering the nonces it issued.
 
-    ``credentials`` maps user name to cleartext password; ``secret`` keys the nonce HMAC and
-    must be shared by every node that may receive the authenticated retry.
+    ``credentials`` maps user name to cleartext password; ``secret`` keys the nonce HMAC.
+    A nonce verifies only on the node that issued it (another node answers ``stale=true``
+    and the client retries there with that node's nonce). At most ``max_nonces`` nonces are
+    remembered; each lives ``nonce_lifetime`` seconds.
     """
 
     def __init__(
@@ -411,23 +421,43 @@ class DigestServer:
         *,
         nonce_lifetime: float = 300.0,
         opaque: str | None = None,
+        max_nonces: int = 4096,
     ) -> None:
         if len(secret) < 16:
             raise ValueError("digest nonce secret must be at least 16 bytes")
+        if max_nonces < 1:
+            raise ValueError("max_nonces must be at least 1")
         self.realm = realm
         self._credentials = credentials
         self._secret = secret
         self.nonce_lifetime = nonce_lifetime
         self.opaque = opaque
+        self.max_nonces = max_nonces
+        self._nonces: OrderedDict[str, tuple[float, int]] = OrderedDict()
+        """Issued nonce -> (issue time, highest nc accepted, 0 before the first use)."""
 
     def _mac(self, payload: bytes) -> bytes:
         msg = payload + self.realm.encode("utf-8")
         return hmac.new(self._secret, msg, hashlib.sha256).digest()[:_MAC_LEN]
 
     def make_nonce(self, now: float) -> str:
-        payload = _TS.pack(int(now * 1000)) + os.urandom(_RAND_LEN)
+        """A fresh nonce, remembered until it expires or ``max_nonces`` newer ones push it out."""
+        payload = _TS.pack(max(0, int(now * 1000))) + os.urandom(_RAND_LEN)
         raw = payload + self._mac(payload)
-        return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+        nonce = base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+        nonces = self._nonces
+        while nonces:
+            oldest, (issued, _) = next(iter(nonces.items()))
+            if len(nonces) < self.max_nonces and now - issued <= self.nonce_lifetime:
+                break
+            del nonces[oldest]
+        nonces[nonce] = (now, 0)
+        return nonce
+
+    @property
+    def nonces_held(self) -> int:
+        """How many issued nonces are remembered (never above ``max_nonces``)."""
+        return len(self._nonces)
 
     def _nonce_time(self, nonce: str) -> float | None:
         """Issue time of a genuine nonce, or None when forged or malformed."""
@@ -475,12 +505,14 @@ class DigestServer:
         now: float,
         *,
         body: bytes = b"",
-        request_uri: str | None = None,
+        request_uri: str | SipUri | None = None,
     ) -> AuthResult:
         """Check an ``Authorization`` value; never raises for peer garbage.
 
-        ``request_uri``, when given, must equal the ``uri`` directive (RFC 3261 §22.4 asks the
-        server to check they name the same resource; string equality is the strict reading).
+        ``request_uri``, when given, must equal the ``uri`` directive (RFC 3261 §22.4: they
+        must name the same resource), as text or as RFC 3261 §19.1.4 equal SIP URIs. A
+        request in a SIP UAS always has one: pass it, or a credential can be replayed on any
+        other Request-URI. Only a successful check consumes the nonce count.
         """
         try:
             cr = DigestCredentials.parse(authorization_header)
@@ -492,10 +524,9 @@ class DigestServer:
             return AuthResult(False, cr.username, reason="opaque mismatch")
         if cr.qop not in (None, "auth", "auth-int"):
             return AuthResult(False, cr.username, reason=f"unsupported qop {cr.qop!r}")
-        if request_uri is not None and cr.uri != request_uri:
+        if request_uri is not None and not _same_uri(cr.uri, request_uri):
             return AuthResult(False, cr.username, reason="uri does not match Request-URI")
-        issued = self._nonce_time(cr.nonce)
-        if issued is None:
+        if self._nonce_time(cr.nonce) is None:
             return AuthResult(False, cr.username, reason="nonce not issued by us")
         username = self._resolve_user(cr)
         if username is None:
@@ -517,10 +548,21 @@ class DigestServer:
             expected.encode("ascii"), cr.response.encode("ascii", "replace")
         ):
             return AuthResult(False, username, reason="wrong response")
-        age = now - issued
-        if age > self.nonce_lifetime or age < -self.nonce_lifetime:
-            # Right password, old nonce: tell the client to retry silently (RFC 7616 §3.3).
+        # Right password: any nonce problem from here on is "stale", so the client retries
+        # silently with the new challenge's nonce (RFC 7616 §3.3).
+        state = self._nonces.get(cr.nonce)
+        if state is None:
+            return AuthResult(False, username, stale=True, reason="nonce unknown or used up")
+        issued, last_nc = state
+        if now - issued > self.nonce_lifetime:
+            del self._nonces[cr.nonce]
             return AuthResult(False, username, stale=True, reason="nonce expired")
+        if cr.qop is None:
+            del self._nonces[cr.nonce]  # RFC 2069 mode has no nc: one use per nonce
+        elif cr.nc is None or cr.nc <= last_nc:
+            return AuthResult(False, username, stale=True, reason="nonce count replayed")
+        else:
+            self._nonces[cr.nonce] = (issued, cr.nc)
         return AuthResult(True, username)
 
     def _resolve_user(self, cr: DigestCredentials) -> str | None:
@@ -531,3 +573,27 @@ class DigestServer:
             if hmac.compare_digest(hashed.encode("ascii"), cr.username.encode("ascii", "replace")):
                 return user
         return None
+
+
+def _same_uri(digest_uri: str, request_uri: str | SipUri) -> bool:
+    """The ``uri`` directive names the Request-URI: same text or §19.1.4-equal SIP URIs.
+
+    Some trunks (SIPp 3.6 among them) put the Request-URI without its user part in ``uri``
+    (``sip:host:port`` for ``sip:service@host:port``): that is accepted too, as the same
+    host, port and parameters. It cannot widen a replay: the nonce and its count still
+    allow each credential once.
+    """
+    if digest_uri == str(request_uri):
+        return True
+    try:
+        ours = request_uri if isinstance(request_uri, SipUri) else SipUri.parse(request_uri)
+        theirs = SipUri.parse(digest_uri)
+    except SipParseError:
+        return False
+    if theirs.equivalent(ours):
+        return True
+    return (
+        theirs.is_sip
+        and theirs.user is None
+        and theirs.equivalent(replace(ours, user=None, password=None))
+    )

@@ -470,6 +470,8 @@ def split_header_lines(head: str) -> tuple[str, list[tuple[str, str]]]:
     """Start line and unfolded (canonical name, value) pairs of a decoded header block."""
     lines = head.split("\n")
     start_line = lines[0].rstrip("\r")
+    if "\r" in start_line:
+        raise SipParseError("bare CR in the start line")
     fields: list[tuple[str, str]] = []
     for raw in lines[1:]:
         line = raw[:-1] if raw.endswith("\r") else raw
@@ -480,6 +482,8 @@ def split_header_lines(head: str) -> tuple[str, list[tuple[str, str]]]:
             if not fields:
                 raise SipParseError("continuation line before the first header")
             name, value = fields[-1]
+            if "\r" in line:
+                raise SipParseError(f"bare CR in {name} header", header=name)
             fields[-1] = (name, f"{value} {line.strip()}".strip())
             continue
         colon = line.find(":")
@@ -488,7 +492,12 @@ def split_header_lines(head: str) -> tuple[str, list[tuple[str, str]]]:
         name = line[:colon].rstrip(" \t")
         if not is_token(name):
             raise SipParseError(f"bad header name {name[:40]!r}")
-        fields.append((canonical_name(name), line[colon + 1 :].strip(" \t")))
+        name = canonical_name(name)
+        if "\r" in line:
+            # RFC 3261 §25.1: no rule allows a CR inside a value, not even quoted-pair; echoed
+            # into a response, a peer may read it as a line break (response splitting).
+            raise SipParseError(f"bare CR in {name} header", header=name)
+        fields.append((name, line[colon + 1 :].strip(" \t")))
     return start_line, fields
 
 

@@ -34,7 +34,13 @@ from kefu.errors import InvalidTransition, SipParseError
 from kefu.sip import ua_events as ev
 from kefu.sip.auth import DigestServer
 from kefu.sip.dialog import Dialog, DialogId, OkRetransmitter, new_tag
-from kefu.sip.message import Request, Response, make_response, parse_message
+from kefu.sip.message import (
+    InvalidHeaderValue,
+    Request,
+    Response,
+    make_response,
+    parse_message,
+)
 from kefu.sip.refer import ReferSubscription, build_refer
 from kefu.sip.session_timer import RefreshDue, SessionExpired, SessionTimer, negotiate_uas
 from kefu.sip.transaction import (
@@ -185,6 +191,12 @@ class UserAgent:
     # --- input ---------------------------------------------------------------------------
 
     def receive(self, data: bytes, peer: Peer, now: float) -> None:
+        """Take one datagram or framed message; never raises for anything a peer sends.
+
+        The responses it causes echo only header values the parser and ``check_request``
+        accepted (no bare CR, Require option tags are tokens), so they always serialize and
+        parse back (tests/fuzz/test_fuzz.py holds it to this).
+        """
         self._now = now
         if not data.strip(b"\r\n"):
             return  # RFC 5626 keep-alive
@@ -251,7 +263,7 @@ class UserAgent:
     ) -> None:
         try:
             resp = make_response(req, status, reason, to_tag=new_tag(), headers=headers)
-        except SipParseError:
+        except (SipParseError, InvalidHeaderValue):
             self._events.append(ev.Dropped("unanswerable"))
             return
         self._emit(self._stamp(resp), peer)
@@ -402,7 +414,7 @@ class UserAgent:
         header = req.headers.get("Authorization")
         stale = False
         if header is not None:
-            result = self._auth.verify(req.method, header, now, body=req.body)
+            result = self._auth.verify(req.method, header, now, body=req.body, request_uri=req.uri)
             if result.ok:
                 return True
             stale = result.stale

@@ -370,6 +370,41 @@ class SipUri:
         """Copy without the ``?headers`` part (RFC 3261 §12.1.1 targets must not carry it)."""
         return replace(self, headers=())
 
+    def equivalent(self, other: SipUri) -> bool:
+        """RFC 3261 §19.1.4 URI equality (sip/sips); other schemes compare as text.
+
+        userinfo is case-sensitive, the rest case-insensitive, escapes are decoded, an absent
+        port never equals an explicit 5060, a parameter in both must match, user/ttl/method/
+        maddr in only one never match, and header components must all match.
+        """
+        if not (self.is_sip and other.is_sip):
+            return str(self) == str(other)
+        if self.scheme != other.scheme or self.port != other.port:
+            return False
+        if self.unescaped_user() != other.unescaped_user():
+            return False
+        if _unescape_opt(self.password) != _unescape_opt(other.password):
+            return False
+        if self.host.lower() != other.host.lower():
+            return False
+        mine, theirs = _folded(self.params), _folded(other.params)
+        for name in mine.keys() | theirs.keys():
+            if name in mine and name in theirs:
+                if mine[name] != theirs[name]:
+                    return False
+            elif name in ("user", "ttl", "method", "maddr"):
+                return False
+        return _folded(self.headers) == _folded(other.headers)
+
+
+def _unescape_opt(text: str | None) -> str | None:
+    return None if text is None else _unescape(text)
+
+
+def _folded(pairs: tuple[tuple[str, str | None], ...]) -> dict[str, str | None]:
+    """Names and values lower-cased and unescaped, for §19.1.4 comparison."""
+    return {n.lower(): None if v is None else _unescape(v).lower() for n, v in pairs}
+
 
 def _unescape(text: str) -> str:
     if "%" not in text:

@@ -148,8 +148,13 @@ def check_request(
         # answers for an offer we made, and a CANCEL has no body to judge.
         return None
     needed_from = "Require" if role == "uas" else "Proxy-Require"
+    tags = req.headers.get_all(needed_from)
+    if not all(is_token(t) for t in tags):
+        # RFC 3261 §20.32: option-tag = token. Anything else is a syntax error (400), and
+        # echoing it in Unsupported would put the peer's bytes into our response.
+        return _bad(needed_from)
     lowered = {e.lower() for e in supported_extensions}
-    unsupported = [t for t in req.headers.get_all(needed_from) if t.lower() not in lowered]
+    unsupported = [t for t in tags if t.lower() not in lowered]
     if unsupported:
         return Rejection(420, reason_phrase(420), (("Unsupported", ", ".join(unsupported)),))
     return _body_problem(req, accepted_content_types)
@@ -263,7 +268,10 @@ def _salvage_lines(head: str) -> tuple[str, list[tuple[str, str]]]:
     except SipParseError:
         pass
     lines = head.replace("\r\n", "\n").split("\n")
-    good = "\n".join(line for line in lines[1:] if ":" in line or line[:1] in (" ", "\t"))
+    # A line with a bare CR cannot be echoed safely: drop it like any unreadable line.
+    good = "\n".join(
+        line for line in lines[1:] if "\r" not in line and (":" in line or line[:1] in (" ", "\t"))
+    )
     _, fields = split_header_lines(f"{lines[0]}\n{good}")
     return lines[0], fields
 

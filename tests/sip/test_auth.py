@@ -14,6 +14,7 @@ from kefu.sip.auth import (
     compute_response,
     parse_auth_params,
 )
+from kefu.sip.uri import SipUri
 
 # RFC 7616 §3.9.1
 RFC7616_CHALLENGE = (
@@ -195,3 +196,99 @@ def test_userhash() -> None:
 def test_short_secret_refused() -> None:
     with pytest.raises(ValueError):
         DigestServer("r", {}, b"short")
+
+
+# --- replay protection (RFC 7616 §3.4/§5.2, RFC 3261 §22.4) ---------------------------------
+
+
+def _answer(server: DigestServer, uri: str = "sip:x", nc: int = 1, **kw: object) -> str:
+    return answer_challenge(server.challenge(0.0, **kw), "INVITE", uri, "alice", "pw", "c", nc)  # type: ignore[arg-type]
+
+
+def test_nonce_count_must_strictly_increase() -> None:
+    server = DigestServer("r", {"alice": "pw"}, SECRET)
+    ch = server.challenge(0.0)
+    first = answer_challenge(ch, "INVITE", "sip:x", "alice", "pw", "c", 1)
+    assert server.verify("INVITE", first, 1.0, request_uri="sip:x").ok
+    replay = server.verify("INVITE", first, 2.0, request_uri="sip:x")
+    assert not replay.ok and replay.stale and replay.reason == "nonce count replayed"
+    third = answer_challenge(ch, "INVITE", "sip:x", "alice", "pw", "c", 3)
+    assert server.verify("INVITE", third, 3.0, request_uri="sip:x").ok
+    second = answer_challenge(ch, "INVITE", "sip:x", "alice", "pw", "other-cnonce", 2)
+    assert not server.verify("INVITE", second, 4.0, request_uri="sip:x").ok  # below 3
+
+
+def test_failed_attempts_do_not_consume_the_nonce_count() -> None:
+    server = DigestServer("r", {"alice": "pw"}, SECRET)
+    ch = server.challenge(0.0)
+    wrong = answer_challenge(ch, "INVITE", "sip:x", "alice", "bad", "c", 9)
+    assert not server.verify("INVITE", wrong, 1.0).ok
+    good = answer_challenge(ch, "INVITE", "sip:x", "alice", "pw", "c", 1)
+    assert server.verify("INVITE", good, 1.0).ok
+
+
+def test_without_qop_a_nonce_is_good_once() -> None:
+    server = DigestServer("r", {"alice": "pw"}, SECRET)
+    auth = _answer(server, qop=())
+    assert server.verify("INVITE", auth, 1.0).ok
+    again = server.verify("INVITE", auth, 1.0)
+    assert not again.ok and again.stale
+
+
+@pytest.mark.parametrize(
+    ("digest_uri", "request_uri", "same"),
+    [
+        ("sip:bob@kefu.example", "sip:bob@kefu.example", True),
+        ("sip:bob@KEFU.Example", "sip:bob@kefu.example", True),
+        ("sip:%62ob@kefu.example", "sip:bob@kefu.example", True),
+        ("sip:bob@kefu.example;transport=UDP", "sip:bob@kefu.example;transport=udp", True),
+        ("sip:bob@kefu.example;foo=1", "sip:bob@kefu.example", True),  # only in one: ignored
+        ("sip:BOB@kefu.example", "sip:bob@kefu.example", False),  # userinfo is case-sensitive
+        ("sip:bob@kefu.example:5060", "sip:bob@kefu.example", False),
+        ("sips:bob@kefu.example", "sip:bob@kefu.example", False),
+        ("sip:bob@kefu.example;user=phone", "sip:bob@kefu.example", False),
+        ("sip:bob@kefu.example;maddr=1.2.3.4", "sip:bob@kefu.example", False),
+        ("sip:alice@kefu.example", "sip:bob@kefu.example", False),
+        ("sip:bob@other.example", "sip:bob@kefu.example", False),
+        ("*", "sip:bob@kefu.example", False),
+        # SIPp 3.6 sends the Request-URI without its user part: same host, port and params.
+        ("sip:kefu.example:5070", "sip:service@kefu.example:5070", True),
+        ("sip:kefu.example", "sip:service@kefu.example:5070", False),
+        ("sip:other.example:5070", "sip:service@kefu.example:5070", False),
+        ("sip:kefu.example:5070;maddr=1.2.3.4", "sip:service@kefu.example:5070", False),
+    ],
+)
+def test_uri_directive_must_name_the_request_uri(
+    digest_uri: str, request_uri: str, same: bool
+) -> None:
+    server = DigestServer("r", {"alice": "pw"}, SECRET)
+    auth = _answer(server, uri=digest_uri)
+    result = server.verify("INVITE", auth, 1.0, request_uri=SipUri.parse(request_uri))
+    assert result.ok is same, result.reason
+    if not same:
+        assert result.reason == "uri does not match Request-URI"
+
+
+def test_nonce_memory_is_bounded_and_evicted_nonces_are_stale() -> None:
+    server = DigestServer("r", {"alice": "pw"}, SECRET, max_nonces=8)
+    first = _answer(server)
+    for i in range(100):
+        server.challenge(float(i))
+    assert server.nonces_held == 8
+    result = server.verify("INVITE", first, 100.0)
+    assert not result.ok and result.stale
+
+
+def test_expired_nonces_are_forgotten() -> None:
+    server = DigestServer("r", {"alice": "pw"}, SECRET, nonce_lifetime=30.0)
+    for i in range(10):
+        server.challenge(float(i))
+    server.challenge(100.0)
+    assert server.nonces_held == 1
+
+
+def test_genuine_nonce_from_a_restarted_node_is_stale_not_forged() -> None:
+    before = DigestServer("r", {"alice": "pw"}, SECRET)
+    after = DigestServer("r", {"alice": "pw"}, SECRET)
+    result = after.verify("INVITE", _answer(before), 1.0)
+    assert not result.ok and result.stale

@@ -231,6 +231,27 @@ def test_bad_header_lines(line: bytes) -> None:
         parse_message(data)
 
 
+@pytest.mark.parametrize(
+    ("old", "new", "header"),
+    [
+        (b"Timestamp: 54", b"Require: foo\rbar", "Require"),
+        (b"Timestamp: 54", b"Timestamp: 54\r", "Timestamp"),
+        (b"Max-Forwards: 70", b"Max-Forwards: 70\r\n \rX: 1", "Max-Forwards"),
+        (b"CSeq: 314159 INVITE", b"l\r: 4", None),  # no such header name
+        (b" SIP/2.0\r\n", b"\r SIP/2.0\r\n", None),
+    ],
+    ids=["value", "trailing", "folded", "name", "start-line"],
+)
+def test_bare_cr_is_a_parse_error_naming_the_header(
+    old: bytes, new: bytes, header: str | None
+) -> None:
+    # RFC 3261 §25.1: CR appears only in CRLF. Kept in a value, it would be copied into
+    # our responses, where another parser may read it as a line break.
+    with pytest.raises(SipParseError) as caught:
+        parse_message(INVITE.replace(old, new, 1))
+    assert caught.value.header == header
+
+
 def test_non_utf8_header_octets_round_trip() -> None:
     data = INVITE.replace(b"Timestamp: 54", b"X-Raw: \xff\xfe\x00ok")
     r = req(data)
