@@ -64,6 +64,18 @@ class CodecError(RemoteError, ValueError):
     """An encoded media payload could not be decoded."""
 
 
+class CallStateConflict(RemoteError):
+    """A control request (transfer, takeover, hand-back) came for a call in a state that does
+    not allow it; nothing was changed. ``state`` is the call's current state, ``action`` what
+    was asked (the HTTP API answers 409 ``wrong_state`` with both)."""
+
+    def __init__(self, call_id: str, state: str, action: str) -> None:
+        super().__init__(f"call {call_id} is {state}: cannot {action}")
+        self.call_id = call_id
+        self.state = state
+        self.action = action
+
+
 class AuthError(RemoteError):
     """Credentials were missing or wrong."""
 

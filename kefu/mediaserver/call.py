@@ -1,4 +1,14 @@
-"""A call: its SIP leg, its RTP endpoint, its media, and its state machine."""
+"""A call and its controller: its legs, its room, its AI agent, its state machine.
+
+A :class:`Call` owns what it is made of — the caller's signalling leg (:class:`Leg`; SIP today,
+WebRTC later), the RTP endpoint carrying its media, the AI agent or the room it talks to — and
+moves through the table in :mod:`kefu.mediaserver.call_state` only through its operations
+(:meth:`Call.transfer`, :meth:`Call.takeover`, :meth:`Call.handback`, ...). Each operation
+checks the table first (a request the current state does not allow raises
+:class:`~kefu.errors.CallStateConflict` and changes nothing), then performs its action, and
+applies the transition only once the action succeeded. Tearing a call down (ports, tasks,
+tracks, metrics) is the call lifecycle's job: :mod:`kefu.mediaserver.calls`.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +16,34 @@ import asyncio
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
+from kefu.ai_bridge.agent import CallAgent
+from kefu.errors import CallStateConflict
 from kefu.mediaserver.bus import EventBus
-from kefu.mediaserver.call_state import CallInput, CallState, next_state
+from kefu.mediaserver.call_state import (
+    TRANSFER_FAILED,
+    CallInput,
+    CallState,
+    allowed,
+    next_state,
+)
 from kefu.mediaserver.events import CallStateChanged
+from kefu.mediaserver.media import Silence
 from kefu.rtp.aio import RtpEndpoint
 from kefu.sip.offer_answer import Negotiated
+
+
+class Leg(Protocol):
+    """The caller's signalling leg, as the controller acts on it (SIP: :class:`SipLeg`)."""
+
+    def refer(self, target: str) -> None:
+        """Ask the caller's side to call ``target`` instead; raises if it cannot be sent."""
+
+    def hangup(self) -> None:
+        """End the leg (BYE, or CANCEL/487 before answer)."""
 
 
 @dataclass(eq=False)
@@ -29,21 +58,30 @@ class Call:
     created: float = field(default_factory=time.time)
     received_monotonic: float = field(default_factory=time.monotonic)
     answered: float | None = None
+    caller: Leg | None = None
+    """Acts on the caller's signalling leg (REFER, hang-up); None only in tests."""
     endpoint: RtpEndpoint | None = None
     negotiated: Negotiated | None = None
     transfer_target: str | None = None
-    agent: Any = None
+    transfer_from: CallState | None = None
+    """The state the transfer in progress started from (where a failed one returns)."""
+    agent: CallAgent | None = None
     """The AI agent serving the call (media mode ``ai``)."""
     room: Any = None
     """The WebRTC room participant when the call was put into a room."""
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
     end_reason: str | None = None
     log: Any = None
+    _held: Silence | None = None
+    """What the caller hears while the AI's voice is held (human_active)."""
 
     def __post_init__(self) -> None:
         self.log = structlog.get_logger("kefu.call").bind(call_id=self.id, leg=self.leg)
 
+    # --- the state machine ------------------------------------------------------------------
+
     def apply(self, event: CallInput, reason: str = "") -> CallState:
+        """Move along the table (InvalidTransition if it has no such move) and publish it."""
         old = self.state
         self.state = next_state(old, event)
         if self.state is CallState.AI_ACTIVE and self.answered is None:
@@ -53,6 +91,70 @@ class Call:
             CallStateChanged(self.id, time.time(), old.value, self.state.value, reason)
         )
         return self.state
+
+    def require(self, event: CallInput, action: str) -> None:
+        """CallStateConflict (carrying the current state) unless the table allows ``event``."""
+        if not allowed(self.state, event):
+            raise CallStateConflict(self.id, self.state.value, action)
+
+    # --- control operations: check, act, then apply ----------------------------------------
+
+    def transfer(self, target: str) -> None:
+        """REFER the caller to ``target`` (already validated); ``transferring`` once sent."""
+        self.require(CallInput.TRANSFER, "transfer")
+        if self.caller is None:
+            raise ValueError("call has no leg to transfer")
+        self.caller.refer(target)  # raises: nothing changed
+        self.transfer_target = target
+        self.transfer_from = self.state
+        self.apply(CallInput.TRANSFER, f"REFER to {target}")
+
+    def transfer_failed(self, status: int) -> None:
+        """The REFER or the new call failed: back to the state the transfer started from."""
+        origin = self.transfer_from or CallState.AI_ACTIVE
+        self.transfer_from = None
+        self.apply(TRANSFER_FAILED[origin], f"transfer failed: {status}")
+
+    def takeover(self, who: str) -> None:
+        """A human takes the call: the AI's voice is held, ``human_active``."""
+        self.require(CallInput.TAKEOVER, "take over")
+        self._hold_ai(True)
+        self.apply(CallInput.TAKEOVER, f"taken over by {who}")
+
+    def handback(self, who: str) -> None:
+        """The human gives the call back to the AI: its voice resumes, ``ai_active``."""
+        self.require(CallInput.HANDBACK, "hand back")
+        self._hold_ai(False)
+        self.apply(CallInput.HANDBACK, f"handed back by {who}")
+
+    def _hold_ai(self, held: bool) -> None:
+        """Hold (or release) the AI agent's output towards the caller.
+
+        The caller's leg stops playing the agent's track and plays silence instead (the agent
+        pauses its own track for barge-in, so holding it there would not last); whatever the AI
+        had queued is dropped both ways, so a hand-back starts fresh. The agent keeps listening.
+        ``CallAgent`` has no pause()/resume() of its own yet (stop answering while a human
+        speaks); they are called here once it has them.
+        """
+        agent = self.agent
+        if agent is None:
+            return
+        hook = getattr(agent, "pause" if held else "resume", None)
+        if callable(hook):
+            hook()
+        agent.outbound.flush()
+        if self.endpoint is None or self.room is not None:
+            return
+        if held:
+            self._held = Silence()
+            self.endpoint.play(self._held)
+        else:
+            self.endpoint.play(agent.outbound)
+            if self._held is not None:
+                self._held.stop()
+                self._held = None
+
+    # --- ownership --------------------------------------------------------------------------
 
     def spawn(self, coro: Any, name: str) -> asyncio.Task[Any]:
         """Run a task owned by this call; it is cancelled when the call ends."""

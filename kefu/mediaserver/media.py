@@ -1,6 +1,7 @@
-"""What a call plays back before the AI bridge lands: echo, or a prompt and then echo.
+"""What a call plays back when the AI does not speak: echo, a prompt and then echo, or
+silence while a human has taken over.
 
-Both are tracks; the RTP sender paces them on the RTP clock, so these tracks hand out frames
+All are tracks; the RTP sender paces them on the RTP clock, so these tracks hand out frames
 as fast as they are asked for.
 """
 
@@ -109,3 +110,29 @@ class PromptThenEcho(MediaStreamTrack):
     def stop(self) -> None:
         self._drain.cancel()
         super().stop()
+
+
+class Silence(MediaStreamTrack):
+    """Endless 20 ms frames of silence: what the caller hears while the AI's voice is held and
+    no human audio is wired in (the sender paces it; RTP keeps flowing, so the trunk's media
+    timers do not fire)."""
+
+    kind = "audio"
+
+    def __init__(self, rate: int = PROMPT_RATE) -> None:
+        super().__init__()
+        self._rate = rate
+        self._step = rate * FRAME_MS // 1000
+        self._pts = 0
+
+    async def recv(self) -> av.AudioFrame:
+        if self.readyState != "live":
+            raise MediaStreamError
+        frame = av.AudioFrame.from_ndarray(
+            np.zeros((1, self._step), np.int16), format="s16", layout="mono"
+        )
+        frame.sample_rate = self._rate
+        frame.pts = self._pts
+        frame.time_base = fractions.Fraction(1, self._rate)
+        self._pts += self._step
+        return frame

@@ -21,6 +21,7 @@ import structlog
 from aiohttp import hdrs, web
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from kefu.errors import CallStateConflict
 from kefu.signaling.api_access import TransferAllowList, bearer_token, check_role
 from kefu.signaling.auth import Authenticator, Claims
 from kefu.signaling.errors import AuthError
@@ -43,8 +44,13 @@ class Control(Protocol):
     def hangup(self, call_id: str) -> None: ...
 
 
-def error_response(status: int, code: str, message: str) -> web.Response:
-    return web.json_response({"error": {"code": code, "message": message}}, status=status)
+def error_response(status: int, code: str, message: str, **extra: Any) -> web.Response:
+    return web.json_response({"error": {"code": code, "message": message, **extra}}, status=status)
+
+
+def wrong_state(exc: CallStateConflict) -> web.Response:
+    """409 ``wrong_state`` with the call's current state: the request changed nothing."""
+    return error_response(409, "wrong_state", str(exc), state=exc.state)
 
 
 _error = error_response
@@ -156,6 +162,9 @@ def build_app(
         except KeyError:
             audit(request, "transfer", call_id, "unknown_call", target=target)
             return _error(404, "unknown_call", "no such call")
+        except CallStateConflict as exc:
+            audit(request, "transfer", call_id, "wrong_state", target=target, state=exc.state)
+            return wrong_state(exc)
         except ValueError as exc:
             audit(request, "transfer", call_id, "cannot_transfer", target=target, error=str(exc))
             return _error(409, "cannot_transfer", str(exc))

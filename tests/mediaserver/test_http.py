@@ -8,6 +8,7 @@ import pytest
 import structlog
 from aiohttp.test_utils import TestClient, TestServer
 
+from kefu.errors import CallStateConflict
 from kefu.signaling.api_access import TransferAllowList
 from kefu.signaling.auth import Authenticator
 from kefu.signaling.http import build_app
@@ -23,7 +24,10 @@ def bearer(role: str = "agent", user: str = "bob") -> dict[str, str]:
 
 class FakeControl:
     def __init__(self) -> None:
-        self.calls = {"c1": {"call_id": "c1", "state": "ai_active"}}
+        self.calls = {
+            "c1": {"call_id": "c1", "state": "ai_active"},
+            "c2": {"call_id": "c2", "state": "transferring"},
+        }
         self.transfers: list[tuple[str, str | None]] = []
         self.hangups: list[str] = []
         self.draining = False
@@ -41,7 +45,9 @@ class FakeControl:
         if call_id not in self.calls:
             raise KeyError(call_id)
         if target == "sip:busy@x":
-            raise ValueError("call is transferring")
+            raise ValueError("transfer target is not a URI")
+        if self.calls[call_id]["state"] != "ai_active":
+            raise CallStateConflict(call_id, self.calls[call_id]["state"], "transfer")
         self.transfers.append((call_id, target))
 
     def hangup(self, call_id: str) -> None:
@@ -195,6 +201,19 @@ async def test_transfer_inside_the_allow_list_is_sent(client, body, sent) -> Non
     resp = await client.post("/api/calls/c1/transfer", headers=bearer(), **kwargs)
     assert resp.status == 202
     assert client.control.transfers == [("c1", sent)]
+
+
+async def test_a_call_in_the_wrong_state_is_409_with_its_state_and_nothing_sent(client) -> None:
+    with structlog.testing.capture_logs() as logs:
+        resp = await client.post(
+            "/api/calls/c2/transfer", json={"target": "sip:queue@vcc"}, headers=bearer()
+        )
+    assert resp.status == 409
+    error = (await resp.json())["error"]
+    assert (error["code"], error["state"]) == ("wrong_state", "transferring")
+    assert client.control.transfers == []
+    (action,) = [e for e in logs if e["event"] == "control_action"]
+    assert (action["outcome"], action["state"]) == ("wrong_state", "transferring")
 
 
 async def test_every_control_action_is_logged_with_who_did_it(client) -> None:

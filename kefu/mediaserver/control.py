@@ -1,0 +1,95 @@
+"""The HTTP control surface: what ``kefu.signaling.http`` asks the media server.
+
+:class:`CallControl` is the :class:`kefu.signaling.http.Control` of a running server:
+readiness (``/readyz``), metrics (``/metrics``), the live calls (``GET /api/calls``) and the
+control operations on one call. Each operation goes through the call controller
+(:class:`kefu.mediaserver.call.Call`): an unknown call is KeyError (404), a request the call's
+state does not allow is :class:`~kefu.errors.CallStateConflict` (409 ``wrong_state`` with the
+current state), and nothing changes unless the action succeeded.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from kefu.mediaserver.events import event_json
+from kefu.signaling.api_access import TransferAllowList
+from kefu.signaling.events_ws import add_event_routes
+from kefu.signaling.http import build_app
+
+if TYPE_CHECKING:
+    from kefu.mediaserver.server import KefuServer
+
+
+class CallControl:
+    """Readiness, metrics and call control over one :class:`KefuServer`."""
+
+    def __init__(self, server: KefuServer) -> None:
+        self.server = server
+
+    def ready(self) -> tuple[bool, dict[str, Any]]:
+        s = self.server
+        detail: dict[str, Any] = {
+            "draining": s.draining,
+            "active_calls": len(s.calls),
+            "max_calls": s.config.calls.max_concurrent,
+            "rtp_ports_free": s.ports.capacity - s.ports.in_use,
+            "media_mode": s.config.calls.media_mode,
+        }
+        listening = s.worker is not None or s.sip_address is not None
+        ai_loading = s.media.ai_loading
+        ok = not s.draining and listening and not ai_loading
+        if s.room_workers is not None:
+            detail["room_workers"] = s.room_workers.describe()
+            ok = ok and s.room_workers.all_ready
+        if ai_loading:
+            detail["ai"] = "loading"
+        if s.media.ai is not None:
+            detail["ai"] = s.media.ai.readiness()
+            # A broken model does not stop kefu: calls get an apology and a transfer.
+            detail["ai_ready"] = s.media.ai.ready
+        return ok, detail
+
+    def metrics_text(self) -> bytes:
+        return self.server.metrics.render()
+
+    def sfu_stats(self) -> dict[str, int]:
+        """The SFU counters of this process and of every room worker, summed."""
+        s = self.server
+        stats = s.rooms.sfu.stats()
+        if s.room_workers is not None:
+            for name, value in s.room_workers.sfu_stats().items():
+                stats[name] = stats.get(name, 0) + value
+        return stats
+
+    def http_app(self) -> web.Application:
+        """/healthz, /metrics, /api/* (tokens checked as the signaling does), GET /api/events."""
+        s = self.server
+        allow = TransferAllowList(
+            s.config.calls.transfer_allow, default=s.config.sip.transfer_target
+        )
+        app = build_app(self, auth=s.signaling.auth, transfer_allow=allow)
+        add_event_routes(app, s.bus, event_json, s.signaling.auth)
+        return app
+
+    # --- calls -------------------------------------------------------------------------------
+
+    def list_calls(self) -> list[dict[str, Any]]:
+        return [call.summary() for call in self.server.calls.values()]
+
+    def transfer(self, call_id: str, target: str | None) -> None:
+        """REFER the call (ValueError: bad target; CallStateConflict: wrong state)."""
+        self.server.dispatch.transfer(self.server.lifecycle.by_id(call_id), target)
+
+    def hangup(self, call_id: str) -> None:
+        self.server.lifecycle.hangup(self.server.lifecycle.by_id(call_id), "api")
+
+    def takeover(self, call_id: str, who: str = "api") -> None:
+        """A human takes the call from the AI (CallStateConflict unless ``ai_active``)."""
+        self.server.lifecycle.by_id(call_id).takeover(who)
+
+    def handback(self, call_id: str, who: str = "api") -> None:
+        """The human gives the call back to the AI (CallStateConflict unless ``human_active``)."""
+        self.server.lifecycle.by_id(call_id).handback(who)

@@ -1,0 +1,61 @@
+"""The front process: the one ``kefu serve`` starts (``KefuServer`` with ``worker=None``).
+
+It listens for the SIP trunk, serves HTTP (health, metrics, the call API, ``/api/events``,
+the caller page and signaling), hosts room shard 0 itself, and with ``webrtc.room_workers``
+above one starts and supervises the room workers (:mod:`kefu.mediaserver.room_workers`),
+relaying each room's signaling WebSocket to the process hosting it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import structlog
+from aiohttp import web
+
+from kefu.mediaserver.room_workers import RoomWorkers
+from kefu.signaling.relay import ShardRelay
+from kefu.signaling.shards import ShardRouter
+from kefu.signaling.ws import READ_LIMIT, add_signaling_routes
+
+if TYPE_CHECKING:
+    from kefu.mediaserver.server import KefuServer
+
+log = structlog.get_logger("kefu.server")
+
+
+async def start_front(server: KefuServer) -> None:
+    """Bind SIP, start the room workers and the relay, then serve HTTP."""
+    config = server.config
+    listen = config.sip.listen
+    server.sip_address = await server.sip.start(listen.host, listen.port)
+    server.ua.set_local_address(*server.sip_address)
+    if server.shards > 1:
+        workers = RoomWorkers(config, server.shards - 1, uvloop_ok=server.uvloop_ok)
+        server.room_workers = workers
+        await workers.start()
+        router = ShardRouter(
+            server.shards,
+            pinned=server.sip_rooms,
+            resume_grace_s=server.signaling.settings.resume_grace_s + 5.0,
+        )
+        server.relay = ShardRelay(router, workers.socket_for, workers.key, read_limit=READ_LIMIT)
+    app = server.control.http_app()
+    add_signaling_routes(app, server.signaling, relay=server.relay)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    server.http = runner
+    await runner.setup()
+    site = web.TCPSite(runner, config.http.listen.host, config.http.listen.port)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    server.http_address = (host, port)
+    server.spawn(server.metrics.watch_loop_lag(), "loop-lag")
+    server.spawn(server.sweep_rooms(), "room-sweep")
+    log.info(
+        "kefu_started",
+        sip=f"{server.sip_address[0]}:{server.sip_address[1]}",
+        http=f"{host}:{port}",
+        media_mode=config.calls.media_mode,
+        rtp_ports="{}-{}".format(*config.rtp.ports),
+        room_shards=server.shards,
+    )

@@ -1,0 +1,127 @@
+"""The media modes: what an answered call's RTP endpoint plays (``calls.media_mode``).
+
+* ``ai`` — the AI agent (:class:`~kefu.ai_bridge.agent.CallAgent`) hears the caller and
+  speaks; its models load in the background after the ports open (:meth:`MediaModes.load_ai`);
+* ``prompt`` — a WAV (``calls.prompt_wav``, or a built-in chime), then echo;
+* ``echo`` — the caller's own packets, reflected;
+* ``calls.sip_room`` set — the call joins a WebRTC room and plays the room's mix instead.
+
+The AI services loaded here also give WebRTC rooms their bot (``RoomService.make_bot``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import structlog
+from aiortc.mediastreams import MediaStreamTrack
+
+from kefu.ai_bridge.agent import CallAgent, HandoffRequested
+from kefu.ai_bridge.services import AiServices
+from kefu.ai_bridge.settings import AiSettings
+from kefu.codecs.info import codec_info
+from kefu.mediaserver.bus import EventBus
+from kefu.mediaserver.call import Call
+from kefu.mediaserver.config import Config
+from kefu.mediaserver.media import PcmTrack, PromptThenEcho, chime, load_wav
+from kefu.mediaserver.metrics import Metrics
+from kefu.mediaserver.rooms import RoomService
+
+log = structlog.get_logger("kefu.server")
+
+
+class MediaModes:
+    """Starts an answered call's media in the configured mode; owns the AI services."""
+
+    def __init__(
+        self,
+        config: Config,
+        metrics: Metrics,
+        bus: EventBus,
+        rooms: RoomService,
+        *,
+        on_handoff: Callable[[Call], None],
+    ) -> None:
+        self.config = config
+        self.metrics = metrics
+        self.bus = bus
+        self.rooms = rooms
+        self.on_handoff = on_handoff
+        """Called when the AI asks for a human (the SIP side transfers the call)."""
+        self.ai: AiServices | None = None
+        self.prompt = None
+        if config.calls.media_mode == "prompt" and config.calls.prompt_wav:
+            self.prompt = load_wav(config.calls.prompt_wav)
+
+    # --- the AI's models ---------------------------------------------------------------------
+
+    async def load_ai(self) -> None:
+        t0 = time.monotonic()
+        ai = await AiServices.start(self._ai_settings(), registry=self.metrics.registry)
+        self.ai = ai
+        self.rooms.make_bot = self._room_agent
+        log.info("ai_loaded", seconds=round(time.monotonic() - t0, 1), ready=ai.ready)
+
+    @property
+    def ai_loading(self) -> bool:
+        return self.config.calls.media_mode == "ai" and self.ai is None
+
+    def _ai_settings(self) -> AiSettings:
+        ai = self.config.ai
+        state = self.config.state_path
+        kb_dir = ai.kb_dir
+        if kb_dir is None and (state / "kb" / "meta.json").exists():
+            kb_dir = str(state / "kb")
+        return replace(ai, cache_dir=ai.cache_dir or str(state / "cache"), kb_dir=kb_dir)
+
+    def _room_agent(self, room_id: str, hears: MediaStreamTrack, publish: Any) -> CallAgent:
+        assert self.ai is not None
+        return CallAgent(self.ai, f"room:{room_id}", hears, publish=publish)
+
+    # --- a call's media ----------------------------------------------------------------------
+
+    def start(self, call: Call) -> None:
+        """Start the negotiated RTP stream and plug in what the mode plays."""
+        n, ep = call.negotiated, call.endpoint
+        assert n is not None and ep is not None
+        ep.start(
+            (n.remote_address, n.remote_port),
+            codec_info(n.codec),
+            n.payload_type,
+            n.dtmf_payload_type,
+            n.ptime,
+            (n.remote_address, n.remote_rtcp_port),
+            direction=n.direction,
+        )
+        mode = self.config.calls.media_mode
+        if self.config.calls.sip_room:
+            return  # the room's mix is played once the call has joined it
+        if mode == "prompt":
+            pcm = self.prompt if self.prompt is not None else chime()
+            ep.play(PromptThenEcho(PcmTrack(pcm), ep.inbound))
+        elif mode == "ai" and self.ai is not None:
+            agent = CallAgent(
+                self.ai, call.id, ep.inbound, publish=lambda e: self._on_agent_event(call, e)
+            )
+            call.agent = agent
+            ep.play(agent.outbound)
+            call.spawn(agent.start(), "agent-start")
+        else:
+            ep.reflect()
+
+    async def join_room(self, call: Call, room_id: str) -> None:
+        ep = call.endpoint
+        assert ep is not None
+        participant = await self.rooms.join_sip(room_id, call.id, ep.inbound)
+        call.room = participant
+        ep.play(participant.mixed_audio)
+        call.log.info("sip_joined_room", room=room_id)
+
+    def _on_agent_event(self, call: Call, event: object) -> None:
+        self.bus.publish(event)
+        if isinstance(event, HandoffRequested):
+            call.log.info("handoff_requested", reason=event.reason, detail=event.detail)
+            self.on_handoff(call)
