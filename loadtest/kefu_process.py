@@ -198,7 +198,7 @@ def start_kefu(
     env: Mapping[str, str] | None = None,
     log_path: Path | None = None,
     start_timeout: float = 20.0,
-    ready_timeout: float = 100.0,
+    ready_timeout: float = 240.0,
 ) -> KefuProcess:
     """Start ``kefu serve`` with ``args`` and return once ``/readyz`` answers.
 

@@ -152,7 +152,8 @@ def test_caller_interrupts_a_long_answer_and_is_answered(
     assert heard.ok, heard.error
     s2 = heard.speech_starts[1]
     assert s2 is not None
-    assert heard.voiced_within(s2 - 0.3, s2), "the bot was not speaking when the caller cut in"
+    # Within the last second: a pause between two clauses of the answer is not its end.
+    assert heard.voiced_within(s2 - 1.0, s2), "the bot was not speaking when the caller cut in"
     stopped = heard.silence_from(s2, hold_s=0.5)
     assert stopped is not None, "the bot never stopped talking"
     stop_ms = (stopped - s2) * 1000
