@@ -56,6 +56,12 @@ class _NoCalls:
     def hangup(self, call_id: str) -> None:
         raise KeyError(call_id)
 
+    def takeover(self, call_id: str, who: str) -> None:
+        raise KeyError(call_id)
+
+    def handback(self, call_id: str, who: str) -> None:
+        raise KeyError(call_id)
+
 
 @dataclass
 class _Reader:

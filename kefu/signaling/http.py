@@ -42,6 +42,8 @@ class Control(Protocol):
     def list_calls(self) -> list[dict[str, Any]]: ...
     def transfer(self, call_id: str, target: str | None) -> None: ...
     def hangup(self, call_id: str) -> None: ...
+    def takeover(self, call_id: str, who: str) -> None: ...
+    def handback(self, call_id: str, who: str) -> None: ...
 
 
 def error_response(status: int, code: str, message: str, **extra: Any) -> web.Response:
@@ -181,6 +183,25 @@ def build_app(
         audit(request, "hangup", call_id, "accepted")
         return web.json_response({"status": "ending"}, status=202)
 
+    def switch(action: str, status: str) -> Callable[[web.Request], Awaitable[web.Response]]:
+        """``takeover`` or ``handback``: who has the call moves between the AI and a human."""
+
+        async def handler(request: web.Request) -> web.Response:
+            call_id = request.match_info["call_id"]
+            who = request[CLAIMS_KEY].user
+            try:
+                getattr(control, action)(call_id, who)
+            except KeyError:
+                audit(request, action, call_id, "unknown_call")
+                return _error(404, "unknown_call", "no such call")
+            except CallStateConflict as exc:
+                audit(request, action, call_id, "wrong_state", state=exc.state)
+                return wrong_state(exc)
+            audit(request, action, call_id, "accepted")
+            return web.json_response({"status": status})
+
+        return handler
+
     web_root = Path(__file__).resolve().parent.parent / "web"
 
     async def index(_: web.Request) -> web.StreamResponse:
@@ -198,4 +219,6 @@ def build_app(
     app.router.add_get("/api/calls", calls)
     app.router.add_post("/api/calls/{call_id}/transfer", transfer)
     app.router.add_post("/api/calls/{call_id}/hangup", hangup)
+    app.router.add_post("/api/calls/{call_id}/takeover", switch("takeover", "human_active"))
+    app.router.add_post("/api/calls/{call_id}/handback", switch("handback", "ai_active"))
     return app

@@ -30,6 +30,7 @@ class FakeControl:
         }
         self.transfers: list[tuple[str, str | None]] = []
         self.hangups: list[str] = []
+        self.switches: list[tuple[str, str, str]] = []
         self.draining = False
 
     def ready(self) -> tuple[bool, dict[str, Any]]:
@@ -54,6 +55,19 @@ class FakeControl:
         if call_id not in self.calls:
             raise KeyError(call_id)
         self.hangups.append(call_id)
+
+    def _switch(self, call_id: str, action: str, want: str, to: str, who: str) -> None:
+        call = self.calls[call_id]  # KeyError: unknown call
+        if call["state"] != want:
+            raise CallStateConflict(call_id, call["state"], action)
+        call["state"] = to
+        self.switches.append((action, call_id, who))
+
+    def takeover(self, call_id: str, who: str) -> None:
+        self._switch(call_id, "takeover", "ai_active", "human_active", who)
+
+    def handback(self, call_id: str, who: str) -> None:
+        self._switch(call_id, "handback", "human_active", "ai_active", who)
 
 
 @pytest.fixture
@@ -250,3 +264,34 @@ def test_a_bad_allow_list_stops_start_up_naming_the_key() -> None:
     assert info.value.key == "calls.transfer_allow"
     config = load_config(environ={"KEFU_CALLS_TRANSFER_ALLOW": "sip:*@vcc.example,tel:+8610"})
     assert config.calls.transfer_allow == ("sip:*@vcc.example", "tel:+8610")
+
+
+async def test_takeover_and_handback_move_the_call_and_name_who_did_it(client) -> None:
+    resp = await client.post("/api/calls/c1/takeover", headers=bearer("agent", "ann"))
+    assert resp.status == 200 and (await resp.json()) == {"status": "human_active"}
+    again = await client.post("/api/calls/c1/takeover", headers=bearer("agent", "bob"))
+    assert again.status == 409
+    body = await again.json()
+    assert body["error"]["code"] == "wrong_state" and body["error"]["state"] == "human_active"
+    back = await client.post("/api/calls/c1/handback", headers=bearer("supervisor", "sue"))
+    assert back.status == 200 and (await back.json()) == {"status": "ai_active"}
+    assert client.control.switches == [("takeover", "c1", "ann"), ("handback", "c1", "sue")]
+
+
+@pytest.mark.parametrize(
+    ("path", "headers", "status"),
+    [
+        ("/api/calls/nope/takeover", "agent", 404),
+        ("/api/calls/c1/handback", "agent", 409),  # the AI has it: nothing to hand back
+        ("/api/calls/c2/takeover", "agent", 409),  # transferring
+        ("/api/calls/c1/takeover", "customer", 403),
+        ("/api/calls/c1/takeover", None, 401),
+    ],
+)
+async def test_takeover_refusals_change_nothing(
+    client, path: str, headers: str | None, status: int
+) -> None:
+    resp = await client.post(path, headers=bearer(headers) if headers else {})
+    assert resp.status == status
+    assert client.control.switches == []
+    assert client.control.calls["c1"]["state"] == "ai_active"
