@@ -1,18 +1,17 @@
-"""CallAgent: one call's voice loop — ears (Listener), brain (DialogManager), voice (Voice).
+"""CallAgent: one call's AI, driving the stages its pipeline was composed of.
 
-Flow of a turn: the tap feeds the caller's audio to the Listener; its FinalTranscript starts
-an answer task (dm.respond → sentences → Voice.synthesize → BotAudioTrack), which queues audio
-as soon as the first chunk exists. Latency marks go to a TurnTracer; the trace of a turn is
-finished when its audio has been played (an end marker reaching the sender) or interrupted.
+Flow: the tap feeds the caller's audio (through the front end, if any) to the listen stage;
+its events come back on a control lane that never drops (:mod:`kefu.ai_bridge.lane`). A final
+transcript is published and, unless a human has the call, answered by the
+:class:`~kefu.ai_bridge.respond.Responder` (turn stages → dialog → speech → taps → outbound).
 
-Barge-in, as a small table over ``_Barge`` (at most one open at a time):
+Who has the floor is the table of :mod:`kefu.ai_bridge.barge`: barge-in (the caller's voice
+over the bot pauses its output at once; voice that lasts ``barge_in_min_ms`` flushes it and
+cancels the answer; a short "uh-huh" resumes it), takeover (:meth:`CallAgent.pause`: the AI is
+silenced, keeps transcribing, answers nothing) and hand-back (:meth:`CallAgent.resume`).
 
-* bot busy (answer task alive or audio queued) + SpeechStarted → output paused at once;
-* the caller's voice lasts ``barge_in_min_ms`` (checked on every fed frame, or when the turn
-  ends not short) → queue flushed, answer task cancelled, BargeIn published, and the caller's
-  turn is answered normally;
-* the turn ends ``short`` before that (a backchannel: "uh-huh", "嗯") → output resumed where it
-  stopped; the backchannel's transcript is ignored.
+Control inputs from outside the call (pause, resume, close) are applied at once, on the
+caller's stack: nothing queues them, so nothing can drop or reorder them.
 
 When a model the call needs is not loaded, the agent speaks an apology (or, with no voice at
 all, plays a tone) and publishes HandoffRequested instead of listening.
@@ -29,85 +28,51 @@ import numpy as np
 import structlog
 from aiortc.mediastreams import MediaStreamTrack
 
-from kefu.ai_bridge.frontend.aec import EchoCanceller
-from kefu.ai_bridge.frontend.chain import CallerFrontEnd
-from kefu.ai_bridge.frontend.denoise import Denoiser
-from kefu.ai_bridge.listen.endpoint import EndpointConfig
+from kefu.ai_bridge.barge import Floor, FloorAction, FloorInput, FloorMachine
+from kefu.ai_bridge.events import AI_UNAVAILABLE, BargeIn, HandoffRequested, Utterance
 from kefu.ai_bridge.listen.listener import (
     EndOfTurn,
     FinalTranscript,
-    Listener,
     ListenEvent,
     SpeechStarted,
+    SpeechSustained,
 )
-from kefu.ai_bridge.listen.vad import SileroVad
-from kefu.ai_bridge.services import APOLOGY, NOT_CAUGHT, AiServices, AiSettings
+from kefu.ai_bridge.pipeline import (
+    Pipeline,
+    PipelineSpec,
+    PipelineUnavailable,
+    StageContext,
+    StageRegistry,
+    build_pipeline,
+    check_names,
+    missing,
+)
+from kefu.ai_bridge.respond import Responder
+from kefu.ai_bridge.services import NOT_CAUGHT, AiServices, AiSettings
+from kefu.ai_bridge.stages import CallerTurn, FrontEndStage, ListenStage, VoiceSpeech
 from kefu.ai_bridge.trace import TurnTracer
 from kefu.ai_bridge.tracks import BotAudioTrack, CallerAudioTap
 
-__all__ = ["AI_UNAVAILABLE", "BargeIn", "CallAgent", "HandoffRequested", "Utterance"]
+__all__ = [
+    "AI_UNAVAILABLE",
+    "BargeIn",
+    "CallAgent",
+    "HandoffRequested",
+    "PipelineSpec",
+    "Utterance",
+]
 
 log = structlog.get_logger(__name__)
 
-AI_UNAVAILABLE = "ai unavailable"
-
 
 @dataclass(frozen=True, slots=True)
-class HandoffRequested:
-    """The call should go to a human (SIP REFER / workbench alert)."""
-
-    call_id: str
-    """Call to transfer."""
-    reason: str
-    """``ai unavailable``, ``caller asked``, ``ai error``."""
-    detail: str = ""
-    """What failed, for the workbench and logs."""
-    at: float = 0.0
-    """Loop time the request was made (after the bot's last words were played)."""
-
-
-@dataclass(frozen=True, slots=True)
-class BargeIn:
-    """The caller interrupted the bot."""
-
-    call_id: str
-    """Call interrupted."""
+class _Held:
     turn_id: int
-    """The caller's turn that interrupted."""
+    """The caller turn that spoke over the bot."""
     speech_start: float
-    """Loop time the caller's voice began."""
+    """Loop time its voice began."""
     paused_at: float
     """Loop time the bot's output was paused."""
-    stop_latency_ms: float
-    """``paused_at - speech_start`` (budget: 250 ms)."""
-    flushed_ms: float
-    """Bot audio thrown away."""
-
-
-@dataclass(frozen=True, slots=True)
-class Utterance:
-    """A line of the live transcript."""
-
-    call_id: str
-    """Call it belongs to."""
-    turn_id: int
-    """Caller turn it belongs to (0: the greeting)."""
-    speaker: str
-    """``caller`` or ``bot``."""
-    text: str
-    """What was said."""
-    lang: str
-    """Language of ``text``."""
-    at: float
-    """Loop time it became known."""
-
-
-@dataclass(slots=True)
-class _Barge:
-    turn_id: int
-    speech_start: float
-    paused_at: float
-    flushed: bool = False
 
 
 class CallAgent:
@@ -123,6 +88,8 @@ class CallAgent:
         settings: AiSettings | None = None,
         lang: str | None = None,
         paced_output: bool = True,
+        pipeline: PipelineSpec | None = None,
+        registry: StageRegistry | None = None,
     ) -> None:
         self.services = services
         self.call_id = call_id
@@ -130,96 +97,121 @@ class CallAgent:
         self.publish = publish
         self.settings = settings or services.settings
         self.lang = "zh" if (lang or self.settings.language).startswith("zh") else "en"
-        self.outbound = BotAudioTrack(paced=paced_output, on_mark=self._on_mark)
+        self.spec = pipeline or PipelineSpec.from_settings(self.settings)
+        """Which stages this call runs."""
+        self.registry = registry
+        check_names(self.spec, registry)  # a misspelt stage fails here, not mid-call
+        self.outbound = BotAudioTrack(paced=paced_output)
         self.tracer = TurnTracer(
             call_id,
             metrics=services.metrics,
             interaction_log=services.interaction_log,
             publish=publish,
         )
-        self.listener: Listener | None = None
+        self.responder = Responder(call_id, self.lang, self.outbound, self.tracer, publish)
+        self.pipeline: Pipeline | None = None
+        self.floor = FloorMachine()
+        """Barge-in and takeover state (:mod:`kefu.ai_bridge.barge`)."""
         self.barge_ins: list[BargeIn] = []
-        self.handoff: HandoffRequested | None = None
         self.unavailable: str | None = None
         """Why this call is not served by the AI (None while it is)."""
         self.backchannels = 0
         self._log = log.bind(call_id=call_id)
         self._tap: CallerAudioTap | None = None
-        self.frontend: CallerFrontEnd | None = None
         self._events_task: asyncio.Task[None] | None = None
-        self._answer_task: asyncio.Task[None] | None = None
-        self._barge: _Barge | None = None
-        self._ignored: set[int] = set()
+        self._held: _Held | None = None
+        self._ignored: set[int] = set()  # backchannels: transcript dropped
+        self._human_turns: set[int] = set()  # begun while a human had the call: not answered
         self._empties = 0
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._closed = False
 
+    # -- what others read ------------------------------------------------------------------
+
+    @property
+    def listener(self) -> ListenStage | None:
+        return self.pipeline.listen if self.pipeline is not None else None
+
+    @property
+    def frontend(self) -> FrontEndStage | None:
+        return self.pipeline.frontend if self.pipeline is not None else None
+
+    @property
+    def handoff(self) -> HandoffRequested | None:
+        return self.responder.handoff
+
+    @property
+    def paused(self) -> bool:
+        """A human agent has the call (:meth:`pause`)."""
+        return self.floor.state is Floor.PAUSED
+
+    @property
+    def busy(self) -> bool:
+        """An answer is in flight or the bot's audio is queued."""
+        return self.responder.busy
+
+    @property
+    def _answer_task(self) -> asyncio.Task[None] | None:
+        return self.responder.task
+
     # -- lifecycle -------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Load the per-call parts, queue the greeting and start listening."""
+        """Queue the greeting, compose the call's stages and start listening."""
         loop = asyncio.get_running_loop()
-        reason = self.services.unavailable(self.lang)
-        vad: SileroVad | None = None
-        if reason is None:
-            vad = await loop.run_in_executor(None, SileroVad)
-            if not vad.ready:
-                reason = f"vad: {vad.error}"
+        spec, services = self.spec, self.services
+        reason = missing(services, spec, self.lang)
         if reason is not None:
-            self.unavailable = reason
-            self._log.error("ai_unavailable", error=reason)
-            self._run_answer(self._apologize(reason))
+            self._degrade(reason)
             return
-        asr = self.services.asr_for(self.lang)
-        assert asr is not None and vad is not None
-        partials = None
-        if self.settings.partials:
-            from kefu.ai_bridge.listen.asr.partials import PocketsphinxPartials
-
-            partials = await loop.run_in_executor(None, PocketsphinxPartials)
-        self.listener = Listener(
-            asr,
-            config=EndpointConfig(end_silence_ms=self.settings.end_silence_ms),
-            vad=vad,
-            partials=partials if partials is not None and partials.ready else None,
-            asr_language=self.lang,
-            hotwords=self.settings.hotwords,
-            clock=loop.time,
-            call_id=self.call_id,
-        )
-        greeting = self.settings.greeting_zh if self.lang == "zh" else self.settings.greeting_en
-        self._run_answer(self._say(greeting, 0))
-        if self.settings.denoise or self.settings.echo_cancel:
-            self.frontend = await loop.run_in_executor(None, self._build_frontend)
-            if self.frontend.echo is not None:
-                self.outbound.on_frame = self.frontend.push_far
+        self.responder.text_only = not spec.speak
+        if spec.speak and services.voice is not None:
+            self.responder.speech = VoiceSpeech(services.voice)
+        if spec.answer and not self.paused:  # a human may have taken the call already
+            s = self.settings
+            self.responder.run(
+                self.responder.say(s.greeting_zh if self.lang == "zh" else s.greeting_en, 0)
+            )
+        ctx = StageContext(services, self.settings, self.call_id, self.lang)
+        try:
+            pipeline = await build_pipeline(ctx, spec, registry=self.registry, clock=loop.time)
+        except PipelineUnavailable as exc:
+            self.outbound.flush()  # the greeting's start, if any
+            self._degrade(str(exc))
+            return
+        if self._closed:
+            await pipeline.close(self.call_id)
+            return
+        self.pipeline = self.responder.pipeline = pipeline
+        self.responder.speech = pipeline.speech
+        if pipeline.frontend is not None:
+            self.outbound.on_frame = pipeline.frontend.push_far
         self._tap = CallerAudioTap(
-            self.inbound, self._on_audio, call_id=self.call_id, frontend=self.frontend
+            self.inbound, self._on_audio, call_id=self.call_id, frontend=pipeline.frontend
         )
         self._tap.start()
         self._events_task = loop.create_task(self._run_events(), name=f"agent:{self.call_id}")
 
-    def _build_frontend(self) -> CallerFrontEnd:
-        """Denoise and/or cancel the bot's echo before the caller's audio reaches the VAD."""
-        frontend = CallerFrontEnd(
-            denoiser=Denoiser(16000, 16000, call_id=self.call_id)
-            if self.settings.denoise
-            else None,
-            echo=EchoCanceller(16000, call_id=self.call_id) if self.settings.echo_cancel else None,
-        )
-        if not frontend.ready:
-            self._log.warning("frontend_degraded", error=frontend.error)
-        return frontend
+    def _degrade(self, reason: str) -> None:
+        self.unavailable = reason
+        self._log.error("ai_unavailable", error=reason)
+        voice = self.services.voice
+        self.responder.speech = VoiceSpeech(voice) if voice is not None else None
+        self.responder.text_only = False
+        if not self.paused:
+            self.responder.run(self.responder.apologize(reason))
 
     async def close(self) -> None:
-        """Stop listening and speaking; finish open traces; forget the dialog state."""
+        """Hang up: stop listening and speaking; finish open traces; forget the dialog state."""
         if self._closed:
             return
         self._closed = True
+        self.floor.apply(FloorInput.HANGUP, self._act)
         if self._timer is not None:
             self._timer.cancel()
-        tasks = [t for t in (self._answer_task, self._events_task) if t is not None]
+        self.responder.cancel()
+        tasks = [t for t in (self.responder.task, self._events_task) if t is not None]
         for task in tasks:
             task.cancel()
         for task in tasks:
@@ -227,17 +219,33 @@ class CallAgent:
                 await task
         if self._tap is not None:
             await self._tap.stop()
-        if self.frontend is not None:
-            self.frontend.close()
-        if self.listener is not None:
-            await self.listener.close()
         for turn_id in self.tracer.open_turns():
             self.tracer.finish(turn_id)
         self.outbound.stop()
-        if self.services.dialog is not None:
+        if self.pipeline is not None:
+            await self.pipeline.close(self.call_id)
+        elif self.services.dialog is not None:
             await self.services.dialog.end_call(self.call_id)
         if self.services.interaction_log is not None:
             await self.services.interaction_log.flush()
+
+    # -- takeover --------------------------------------------------------------------------
+
+    def pause(self) -> None:
+        """A human agent takes the call: the AI stops speaking at once (its queued audio and
+        the answer in flight are dropped) and answers nothing until :meth:`resume`; it keeps
+        transcribing and publishing what the caller says. Raises
+        :class:`kefu.errors.InvalidTransition` when already paused or closed."""
+        self.floor.apply(FloorInput.TAKEOVER, self._act)
+        self._log.info("agent_paused")
+
+    def resume(self) -> None:
+        """The human hands the call back: the AI listens and answers again (turns the caller
+        began while paused stay unanswered). Raises :class:`kefu.errors.InvalidTransition`
+        when not paused."""
+        self.floor.apply(FloorInput.HANDBACK, self._act)
+        self._empties = 0
+        self._log.info("agent_resumed")
 
     # -- audio in --------------------------------------------------------------------------
 
@@ -246,7 +254,6 @@ class CallAgent:
         if listener is None or self._closed:
             return
         listener.feed(pcm16k, now)
-        self._check_barge()
         deadline = listener.get_timer()
         if deadline != self._timer_at:
             # The endpointer's timer only matters when audio stops (hold, DTX).
@@ -264,7 +271,7 @@ class CallAgent:
         if self.listener is not None and not self._closed:
             self.listener.handle_timer(asyncio.get_running_loop().time())
 
-    # -- listener events -------------------------------------------------------------------
+    # -- the control lane ------------------------------------------------------------------
 
     async def _run_events(self) -> None:
         assert self.listener is not None
@@ -274,6 +281,8 @@ class CallAgent:
             try:
                 if isinstance(event, SpeechStarted):
                     self._on_speech_started(event)
+                elif isinstance(event, SpeechSustained):
+                    self._on_sustained(event)
                 elif isinstance(event, EndOfTurn):
                     self._on_end_of_turn(event)
                 elif isinstance(event, FinalTranscript):
@@ -281,228 +290,112 @@ class CallAgent:
             except Exception:  # one bad event must not stop the call's loop
                 self._log.exception("agent_event_failed", event=type(event).__name__)
 
-    def _busy(self) -> bool:
-        task = self._answer_task
-        return (task is not None and not task.done()) or self.outbound.queued_samples > 0
-
     def _on_speech_started(self, ev: SpeechStarted) -> None:
-        if not self.settings.barge_in or self._barge is not None or not self._busy():
-            return
-        now = asyncio.get_running_loop().time()
-        self.outbound.pause()
-        self._barge = _Barge(ev.turn_id, ev.at, now)
-        self._log.info("barge_in_paused", turn_id=ev.turn_id, ms=round((now - ev.at) * 1000))
+        if self.paused:
+            self._human_turns.add(ev.turn_id)
+        over_bot = self.settings.barge_in and not self.paused and self.busy
+        self.floor.apply(
+            FloorInput.VOICE_OVER_BOT if over_bot else FloorInput.VOICE,
+            lambda a: self._act(a, ev.turn_id, ev.at),
+        )
 
-    def _check_barge(self) -> None:
-        b = self._barge
-        if b is None or b.flushed or self.listener is None:
-            return
-        ep = self.listener.endpointer
-        long_enough = ep.speech_audio_s >= self.settings.barge_in_min_ms / 1000
-        # Strong voice right now, not the end-threshold hangover that trails a short "uh-huh".
-        voiced = ep.last_probability >= ep.config.start_threshold
-        if long_enough and voiced and ep.turn_id == b.turn_id and ep.state == "speech":
-            self._barge_in(b)
+    def _on_sustained(self, ev: SpeechSustained) -> None:
+        self.floor.apply(FloorInput.SUSTAINED, lambda a: self._act(a, ev.turn_id))
 
-    def _barge_in(self, b: _Barge) -> None:
-        b.flushed = True
+    def _on_end_of_turn(self, ev: EndOfTurn) -> None:
+        action = self.floor.apply(
+            FloorInput.END_SHORT if ev.short else FloorInput.END,
+            lambda a: self._act(a, ev.turn_id),
+        )
+        if action is FloorAction.BACKCHANNEL:
+            return
+        marks = self.tracer.marks(ev.turn_id)
+        marks.speech_end = ev.speech_end_at
+        marks.end_of_turn = ev.at
+
+    def _act(self, action: FloorAction, turn_id: int = 0, at: float = 0.0) -> None:
+        """Carry out what the floor table says (before it moves)."""
+        if action is FloorAction.HOLD:
+            self.outbound.pause()
+            held = self._held = _Held(turn_id, at, asyncio.get_running_loop().time())
+            self._log.info(
+                "barge_in_paused",
+                turn_id=turn_id,
+                ms=round((held.paused_at - held.speech_start) * 1000),
+            )
+        elif action is FloorAction.BARGE_IN:
+            self._barge_in()
+        elif action is FloorAction.BACKCHANNEL:
+            self._held = None
+            self.outbound.resume()
+            self._ignored.add(turn_id)
+            self.backchannels += 1
+            self._log.info("backchannel", turn_id=turn_id)
+        elif action is FloorAction.SILENCE:
+            self._held = None
+            self.outbound.flush()
+            self.outbound.resume()
+            self.responder.cancel()
+
+    def _barge_in(self) -> None:
+        held, self._held = self._held, None
+        assert held is not None
         dropped = self.outbound.flush()
         self.outbound.resume()
-        if self._answer_task is not None:
-            self._answer_task.cancel()
+        self.responder.cancel()
         for turn_id in self.tracer.open_turns():
-            if turn_id != b.turn_id:
+            if turn_id != held.turn_id:
                 self.tracer.finish(turn_id, barge_in=True)
+        stop_s = held.paused_at - held.speech_start
         event = BargeIn(
             self.call_id,
-            b.turn_id,
-            b.speech_start,
-            b.paused_at,
-            round((b.paused_at - b.speech_start) * 1000, 1),
+            held.turn_id,
+            held.speech_start,
+            held.paused_at,
+            round(stop_s * 1000, 1),
             round(1000 * dropped / self.outbound.sample_rate, 1),
         )
         self.barge_ins.append(event)
         if self.services.metrics is not None:
-            self.services.metrics.observe_barge_in(b.paused_at - b.speech_start)
+            self.services.metrics.observe_barge_in(stop_s)
         self._log.info(
             "barge_in",
-            turn_id=b.turn_id,
+            turn_id=held.turn_id,
             stop_latency_ms=event.stop_latency_ms,
             flushed_ms=event.flushed_ms,
         )
         self.publish(event)
 
-    def _on_end_of_turn(self, ev: EndOfTurn) -> None:
-        b = self._barge
-        if b is not None and b.turn_id == ev.turn_id:
-            self._barge = None
-            if not b.flushed:
-                if ev.short:
-                    self.outbound.resume()
-                    self._ignored.add(ev.turn_id)
-                    self.backchannels += 1
-                    self._log.info("backchannel", turn_id=ev.turn_id)
-                    return
-                self._barge_in(b)
-        marks = self.tracer.marks(ev.turn_id)
-        marks.speech_end = ev.speech_end_at
-        marks.end_of_turn = ev.at
-
     def _on_final(self, ev: FinalTranscript) -> None:
-        if ev.turn_id in self._ignored:
-            self._ignored.discard(ev.turn_id)
-            self.tracer.discard(ev.turn_id)
+        turn_id = ev.turn_id
+        if turn_id in self._ignored:
+            self._ignored.discard(turn_id)
+            self.tracer.discard(turn_id)
             return
+        human_turn = turn_id in self._human_turns
+        self._human_turns.discard(turn_id)
+        dialog = self.pipeline.dialog if self.pipeline is not None else None
+        answering = dialog is not None and not (human_turn or self.paused)
         text = ev.text.strip()
         if not text:
-            self.tracer.discard(ev.turn_id)
+            self.tracer.discard(turn_id)
+            if not answering:
+                return
             self._empties += 1
-            if self._empties >= 2 and not self._busy():
+            if self._empties >= 2 and not self.busy:
                 self._empties = 0
-                self._run_answer(self._say(NOT_CAUGHT[self.lang], None))
+                self.responder.run(self.responder.say(NOT_CAUGHT[self.lang], None))
             return
         self._empties = 0
-        marks = self.tracer.marks(ev.turn_id)
+        self.publish(Utterance(self.call_id, turn_id, "caller", text, ev.language, ev.at))
+        if not answering:
+            self.tracer.discard(turn_id)  # nobody answers it: no turn trace
+            return
+        marks = self.tracer.marks(turn_id)
         marks.asr_final = ev.at
         marks.transcript = text
         marks.lang = ev.language
         marks.decode_ms = ev.decode_ms
         marks.speculative = ev.speculative
-        self.publish(Utterance(self.call_id, ev.turn_id, "caller", text, ev.language, ev.at))
-        self._run_answer(self._answer(ev.turn_id, text))
-
-    # -- speaking --------------------------------------------------------------------------
-
-    def _run_answer(self, coro: object) -> None:
-        """Start the one answer task, replacing (cancelling) any answer still in flight."""
-        if self._answer_task is not None and not self._answer_task.done():
-            self._answer_task.cancel()
-        self._answer_task = asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
-
-    async def _answer(self, turn_id: int, text: str) -> None:
-        loop = asyncio.get_running_loop()
-        dialog = self.services.dialog
-        assert dialog is not None
-        marks = self.tracer.marks(turn_id)
-        reply = None
-        spoken: list[str] = []
-        try:
-            reply = await dialog.respond(self.call_id, text, lang=self.lang)
-            marks.answer_chosen = loop.time()
-            marks.intent, marks.source = reply.intent, reply.source
-            async for sentence in reply.sentences:
-                await self._speak(sentence, reply.lang, turn_id)
-                spoken.append(sentence)
-                marks.answer_text = " ".join(spoken)
-            bot_line = " ".join(spoken)
-            self.publish(Utterance(self.call_id, turn_id, "bot", bot_line, reply.lang, loop.time()))
-            handoff = ("caller asked", reply.source) if reply.handoff else None
-            await self.outbound.put(
-                _EMPTY, self.outbound.sample_rate, mark=("end", turn_id, handoff)
-            )
-        except asyncio.CancelledError:
-            # Replaced by a newer turn (a barge-in has already finished the trace).
-            self.tracer.finish(turn_id)
-            raise
-        except Exception as exc:  # the brain or the voice broke mid-call: a human takes over
-            self._log.exception("answer_failed", turn_id=turn_id)
-            self.tracer.finish(turn_id)
-            await self._apologize(f"{type(exc).__name__}: {exc}", reason="ai error")
-        finally:
-            if reply is not None:
-                await reply.aclose()
-
-    async def _speak(self, text: str, lang: str, turn_id: int | None) -> None:
-        """Synthesize ``text`` into the outbound queue; the first chunk of a turn is marked."""
-        voice = self.services.voice
-        if voice is None:
-            raise RuntimeError("no voice loaded")
-        marks = self.tracer.marks(turn_id) if turn_id else None
-        gen = voice.synthesize(text, lang=lang)
-        async with contextlib.aclosing(gen):  # type: ignore[type-var]
-            first = True
-            async for chunk in gen:
-                pcm = chunk.pcm
-                if first:
-                    # piper opens with ~60 ms of near-silence: the caller is waiting for it.
-                    pcm = _trim_leading_quiet(pcm)
-                    first = False
-                mark = None
-                if marks is not None and marks.first_tts_audio is None:
-                    marks.first_tts_audio = asyncio.get_running_loop().time()
-                    mark = ("start", turn_id)
-                await self.outbound.put(pcm, chunk.sample_rate, mark=mark)
-
-    async def _say(self, text: str, turn_id: int | None) -> None:
-        """A fixed phrase (greeting, "didn't catch that"): no dialog, no trace."""
-        try:
-            await self._speak(text, self.lang, None)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            self._log.warning("say_failed", error=str(exc))
-            return
-        self.publish(
-            Utterance(
-                self.call_id,
-                turn_id or 0,
-                "bot",
-                text,
-                self.lang,
-                asyncio.get_running_loop().time(),
-            )
-        )
-
-    async def _apologize(self, detail: str, *, reason: str = AI_UNAVAILABLE) -> None:
-        """Apologize with whatever voice works (else a tone); hand off once it was played."""
-        try:
-            await self._speak(APOLOGY[self.lang], self.lang, None)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            self._log.warning("apology_voice_failed", error=str(exc))
-            await self.outbound.put(_tone(), self.outbound.sample_rate)
-        await self.outbound.put(_EMPTY, self.outbound.sample_rate, mark=("handoff", reason, detail))
-
-    # -- marks from the outbound track -----------------------------------------------------
-
-    def _on_mark(self, mark: object, at: float) -> None:
-        if not isinstance(mark, tuple):
-            return
-        kind = mark[0]
-        if kind == "start":
-            turn_id = mark[1]
-            if self.tracer.is_open(turn_id):
-                self.tracer.marks(turn_id).first_packet = at
-        elif kind == "end":
-            _, turn_id, handoff = mark
-            self.tracer.finish(turn_id)
-            if handoff is not None:
-                self._request_handoff(handoff[0], handoff[1], at)
-        elif kind == "handoff":
-            self._request_handoff(mark[1], mark[2], at)
-
-    def _request_handoff(self, reason: str, detail: str, at: float) -> None:
-        event = HandoffRequested(self.call_id, reason, detail, at)
-        self.handoff = event
-        self._log.info("handoff_requested", reason=reason, detail=detail)
-        self.publish(event)
-
-
-_EMPTY = np.zeros(0, np.int16)
-
-
-def _trim_leading_quiet(pcm: np.ndarray, threshold: int = 300, keep: int = 64) -> np.ndarray:
-    """Drop leading samples below ``threshold`` (about -40 dBFS), keeping a short fade-in."""
-    loud = np.flatnonzero(np.abs(pcm.astype(np.int32)) >= threshold)
-    if loud.size == 0:
-        return pcm
-    return pcm[max(0, int(loud[0]) - keep) :]
-
-
-def _tone(rate: int = 22050) -> np.ndarray:
-    """Two short 440 Hz beeps: the apology when no voice works at all."""
-    t = np.arange(int(0.25 * rate)) / rate
-    beep = (6000 * np.sin(2 * np.pi * 440 * t)).astype(np.int16)
-    gap = np.zeros(int(0.15 * rate), np.int16)
-    return np.concatenate((beep, gap, beep))
+        turn = CallerTurn(self.call_id, turn_id, text, self.lang, ev.at)
+        self.responder.run(self.responder.answer(turn))

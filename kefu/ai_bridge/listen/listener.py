@@ -9,6 +9,13 @@ is also the semantic end-of-turn hint, which shortens the silence wait.
 
 Threading: ``feed`` runs on the event loop (VAD is ~0.2 ms per 32 ms chunk); pocketsphinx
 partials and ASR run in executors, so the loop never blocks on inference.
+
+Lanes (:class:`kefu.ai_bridge.lane.Lane`): ``events`` carries the turn's control events
+(:class:`SpeechStarted`, :class:`SpeechSustained`, :class:`EndOfTurn`,
+:class:`FinalTranscript`), which are never dropped, in order with the partial transcripts,
+which a stalled consumer loses oldest first (``dropped``). The partial recognizer's audio
+lane drops audio chunks when it falls behind (``partials_dropped``) but never the end-of-turn
+marker that resets it, and a new turn's first chunk stays where it was queued.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import numpy as np
 import structlog
 from numpy.typing import NDArray
 
+from ..lane import Lane
 from .asr.base import AsrEngine, AsrResult, PartialRecognizer
 from .asr.partials import looks_complete
 from .endpoint import (
@@ -46,6 +54,7 @@ __all__ = [
     "Listener",
     "PartialTranscript",
     "SpeechStarted",
+    "SpeechSustained",
 ]
 
 log = structlog.get_logger(__name__)
@@ -57,6 +66,14 @@ class SpeechStarted:
     """Turn opened (ids increase by one per call)."""
     at: float
     """Time the caller's voice began (barge-in cue)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SpeechSustained:
+    turn_id: int
+    """Turn whose voice has lasted ``sustained_ms`` (once per turn at most)."""
+    at: float
+    """Time of the audio chunk that crossed it (the caller is audibly talking then)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +118,20 @@ class FinalTranscript:
     """True when the decode started before the end of turn and was reused."""
 
 
-ListenEvent = SpeechStarted | PartialTranscript | EndOfTurn | FinalTranscript
+ListenEvent = SpeechStarted | SpeechSustained | PartialTranscript | EndOfTurn | FinalTranscript
+
+
+def is_control(event: ListenEvent) -> bool:
+    """Every listen event but a partial transcript steers the call: it is never dropped."""
+    return not isinstance(event, PartialTranscript)
+
+
+_PartialItem = tuple[int, "NDArray[np.int16] | None"]
+"""(turn_id, audio); None: the turn ended (reset the recognizer). Only audio is droppable."""
+
+
+def _is_turn_end(item: _PartialItem) -> bool:
+    return item[1] is None
 
 
 class Listener:
@@ -119,6 +149,7 @@ class Listener:
         speculative: bool = True,
         is_complete: Callable[[str], bool] | None = looks_complete,
         queue_size: int = 64,
+        sustained_ms: int | None = None,
         clock: Callable[[], float] = time.monotonic,
         partials_executor: Executor | None = None,
         call_id: str | None = None,
@@ -130,9 +161,11 @@ class Listener:
         self.hotwords: tuple[str, ...] = tuple(hotwords)
         self.speculative = speculative
         self.is_complete = is_complete
-        self.events: asyncio.Queue[ListenEvent] = asyncio.Queue(maxsize=queue_size)
-        self.dropped = 0
-        self.partials_dropped = 0
+        self.events: Lane[ListenEvent] = Lane(queue_size, is_control=is_control)
+        """Control events (never dropped) and partial transcripts (at most ``queue_size``)."""
+        self.sustained_s = None if sustained_ms is None else sustained_ms / 1000
+        """Voice that makes a turn :class:`SpeechSustained` (None: never emitted)."""
+        self._sustained_turn = 0
         self._clock = clock
         self._log = log.bind(call_id=call_id)
         self._closed = False
@@ -140,9 +173,7 @@ class Listener:
         self._spec: tuple[int, int, asyncio.Task[AsrResult]] | None = None
         self._finals: set[asyncio.Task[None]] = set()
         self._partials_exec = partials_executor
-        self._partial_q: asyncio.Queue[tuple[int, NDArray[np.int16] | None]] = asyncio.Queue(
-            maxsize=100
-        )
+        self._partial_q: Lane[_PartialItem] = Lane(100, is_control=_is_turn_end)
         self._partial_task: asyncio.Task[None] | None = None
         if partials is not None:
             self._partial_task = asyncio.get_running_loop().create_task(self._run_partials())
@@ -158,6 +189,30 @@ class Listener:
         if was_in_turn and self.endpointer.in_turn:
             self._push_partial_audio(self.endpointer.turn_id, pcm16k)
         self._handle(events)
+        if self.sustained_s is not None and self._sustained_turn != self.endpointer.turn_id:
+            self._check_sustained(now)
+
+    @property
+    def dropped(self) -> int:
+        """Partial transcripts a stalled consumer lost (control events are never dropped)."""
+        return self.events.dropped
+
+    @property
+    def partials_dropped(self) -> int:
+        """Audio chunks the partial recognizer fell too far behind to see."""
+        return self._partial_q.dropped
+
+    def _check_sustained(self, now: float) -> None:
+        ep = self.endpointer
+        assert self.sustained_s is not None
+        # Strong voice right now, not the end-threshold hangover that trails a short "uh-huh".
+        if (
+            ep.state == "speech"
+            and ep.speech_audio_s >= self.sustained_s
+            and ep.last_probability >= ep.config.start_threshold
+        ):
+            self._sustained_turn = ep.turn_id
+            self._emit(SpeechSustained(ep.turn_id, now))
 
     def get_timer(self) -> float | None:
         """Deadline for :meth:`handle_timer` (only matters when audio stops arriving)."""
@@ -278,22 +333,16 @@ class Listener:
     def _emit(self, event: ListenEvent) -> None:
         if self._closed:
             return
-        if self.events.full():
-            # A stalled consumer loses the oldest event, never the newest turn state.
-            self.events.get_nowait()
-            self.dropped += 1
-            self._log.warning("listen_event_dropped", dropped=self.dropped)
-        self.events.put_nowait(event)
+        if not self.events.put(event):
+            # A stalled consumer loses the oldest partial transcript, never a turn's control.
+            self._log.warning("listen_partial_dropped", dropped=self.events.dropped)
 
     # -- partials --------------------------------------------------------------------------
 
     def _push_partial_audio(self, turn_id: int, pcm: NDArray[np.int16] | None) -> None:
         if self._partial_task is None:
             return
-        if self._partial_q.full():
-            self._partial_q.get_nowait()
-            self.partials_dropped += 1
-        self._partial_q.put_nowait((turn_id, None if pcm is None else pcm.copy()))
+        self._partial_q.put((turn_id, None if pcm is None else pcm.copy()))
 
     async def _run_partials(self) -> None:
         assert self.partials is not None
@@ -302,14 +351,17 @@ class Listener:
         while True:
             turn_id, pcm = await self._partial_q.get()
             batch = [pcm]
-            # Batch what piled up so one executor hop serves many 20 ms chunks.
-            while not self._partial_q.empty() and batch[-1] is not None:
-                nxt_turn, nxt = self._partial_q.get_nowait()
-                if nxt_turn != turn_id:
-                    batch.append(None)
-                    self._partial_q.put_nowait((nxt_turn, nxt))
+            # Batch what piled up so one executor hop serves many 20 ms chunks. A chunk of
+            # another turn is left at the head of the lane (never re-queued behind later
+            # chunks) and ends this batch's turn.
+            while batch[-1] is not None:
+                head = self._partial_q.peek()
+                if head is None:
                     break
-                batch.append(nxt)
+                if head[0] != turn_id:
+                    batch.append(None)
+                    break
+                batch.append(self._partial_q.get_nowait()[1])
             audio_parts = [b for b in batch if b is not None]
             if audio_parts:
                 audio = np.concatenate(audio_parts)

@@ -157,13 +157,7 @@ class FakeSender:
         """Pull without pacing until the agent has nothing left to say."""
         self.fast = True
         try:
-            await self.wait_for(
-                lambda: (
-                    (agent._answer_task is None or agent._answer_task.done())
-                    and agent.outbound.queued_samples == 0
-                ),
-                within,
-            )
+            await self.wait_for(lambda: not agent.busy, within)
         finally:
             self.fast = False
 

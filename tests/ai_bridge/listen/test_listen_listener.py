@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -14,6 +16,7 @@ from kefu.ai_bridge.listen.listener import (
     Listener,
     PartialTranscript,
     SpeechStarted,
+    SpeechSustained,
 )
 
 
@@ -87,7 +90,7 @@ async def test_speculative_final_lands_at_end_of_turn(whisper, speech) -> None:
         # The silence arrives in real time so the speculative decode can finish.
         await play(listener, clock, np.zeros(16000, np.int16), pace=0.02)
         for _ in range(100):
-            if any(isinstance(e, FinalTranscript) for e in list(listener.events._queue)):
+            if any(isinstance(e, FinalTranscript) for e in listener.events):
                 break
             await asyncio.sleep(0.02)
         events = drain(listener)
@@ -164,15 +167,139 @@ async def test_close_cancels_work_in_flight() -> None:
     assert listener.events.qsize() == before  # closed: no more events
 
 
-async def test_bounded_queue_counts_drops() -> None:
+class ChattyPartials:
+    """A partial recognizer that has words after every chunk (live captions at full rate)."""
+
+    ready = True
+
+    def __init__(self, gate: threading.Event | None = None) -> None:
+        self.gate = gate
+        self.seen: list[object] = []  # first sample of each fed batch's chunks, "reset"
+
+    def feed(self, pcm: np.ndarray) -> str:
+        if self.gate is not None:
+            self.gate.wait(5)
+        self.seen.append(pcm.copy())
+        return "words"
+
+    def reset(self) -> None:
+        self.seen.append("reset")
+
+    @property
+    def resets(self) -> int:
+        return sum(1 for x in self.seen if isinstance(x, str))
+
+    def flat(self) -> list[object]:
+        """What the recognizer saw: 20 ms frames by their first sample, and "reset"."""
+        out: list[object] = []
+        for x in self.seen:
+            out.extend([x] if isinstance(x, str) else [int(v) for v in x[::320]])
+        return out
+
+
+async def test_control_events_are_never_dropped_partials_are() -> None:
+    # The consumer stalls for three whole turns while partials pour in: before the lane, the
+    # full queue dropped its oldest events, SpeechStarted / EndOfTurn / FinalTranscript included.
     clock = FakeClock()
-    listener = Listener(FakeAsr(), vad=LevelVad(), clock=clock, queue_size=2, speculative=False)
+    listener = Listener(
+        FakeAsr(),
+        vad=LevelVad(),
+        clock=clock,
+        queue_size=2,
+        speculative=False,
+        partials=ChattyPartials(),
+    )
     for _ in range(3):
-        await play(listener, clock, tone(0.5))
+        await play(listener, clock, tone(0.5), pace=0.001)
         await play(listener, clock, np.zeros(16000, np.int16))
         await asyncio.sleep(0.005)
     await listener.close()
-    assert listener.events.qsize() == 2 and listener.dropped >= 4
+    events = drain(listener)
+    control = [type(e).__name__ for e in events if not isinstance(e, PartialTranscript)]
+    assert control == ["SpeechStarted", "EndOfTurn", "FinalTranscript"] * 3
+    assert [e.turn_id for e in events if isinstance(e, FinalTranscript)] == [1, 2, 3]
+    partials = [e for e in events if isinstance(e, PartialTranscript)]
+    assert len(partials) <= 2 and listener.dropped >= 1  # data: bounded, counted
+
+
+async def test_partial_audio_keeps_turn_order_and_every_turn_end() -> None:
+    # The partial recognizer is stuck while a long second turn overflows its audio lane. Audio
+    # chunks may be dropped (counted), but the end-of-turn marker between the turns must
+    # survive (else turn 1's words leak into turn 2), and turn 2's chunks stay in order.
+    gate = threading.Event()
+    recognizer = ChattyPartials(gate)
+    clock = FakeClock()
+    executor = ThreadPoolExecutor(1)
+    listener = Listener(
+        FakeAsr(),
+        vad=LevelVad(),
+        clock=clock,
+        speculative=False,
+        partials=recognizer,
+        partials_executor=executor,
+    )
+    try:
+        ramp = 1000 + np.arange(16000 * 4) // 320  # each 20 ms frame one level higher
+        await play(listener, clock, ramp[:8000].astype(np.int16))
+        await asyncio.sleep(0.05)  # the recognizer is now blocked on turn 1's first batch
+        await play(listener, clock, np.zeros(16000, np.int16))  # turn 1 ends
+        await play(listener, clock, ramp[8000:].astype(np.int16))  # turn 2: 3.5 s, 175 frames
+        assert listener.partials_dropped > 0
+        gate.set()
+        await play(listener, clock, np.zeros(16000, np.int16))
+        for _ in range(200):
+            if recognizer.resets >= 2:
+                break
+            await asyncio.sleep(0.01)
+    finally:
+        gate.set()
+        await listener.close()
+        executor.shutdown()
+    seen = recognizer.flat()
+    assert seen.count("reset") == 2, seen
+    turn2 = [v for v in seen[seen.index("reset") + 1 : -1] if isinstance(v, int) and v > 0]
+    assert turn2 and turn2 == sorted(turn2)  # in order
+    assert min(turn2) > ramp[8000 - 1]  # nothing of turn 1 after its reset
+
+
+async def test_new_turn_first_chunk_is_not_requeued_behind_later_ones() -> None:
+    # A batch of turn 1 meets turn 2's chunks with no end marker between them (the marker can
+    # be lost when the recognizer falls behind at the turn boundary: same-feed edge, closed
+    # lane). Turn 2's first chunk used to be put back at the tail, behind its successors.
+    recognizer = ChattyPartials()
+    listener = Listener(FakeAsr(), vad=LevelVad(), clock=FakeClock(), partials=recognizer)
+    try:
+        chunk = lambda v: np.full(320, v, np.int16)  # noqa: E731
+        listener._push_partial_audio(1, chunk(1))
+        listener._push_partial_audio(2, chunk(2))
+        listener._push_partial_audio(2, chunk(3))
+        listener._push_partial_audio(2, chunk(4))
+        listener._push_partial_audio(2, None)
+        for _ in range(100):
+            if recognizer.resets >= 2:
+                break
+            await asyncio.sleep(0.01)
+    finally:
+        await listener.close()
+    assert recognizer.flat() == [1, "reset", 2, 3, 4, "reset"]
+
+
+async def test_sustained_voice_is_announced_once_per_turn() -> None:
+    clock = FakeClock()
+    listener = Listener(FakeAsr(), vad=LevelVad(), clock=clock, sustained_ms=300)
+    await play(listener, clock, tone(0.2))  # opens a turn, too short to be sustained
+    await play(listener, clock, np.zeros(16000, np.int16))
+    await play(listener, clock, tone(1.0))
+    await play(listener, clock, np.zeros(16000, np.int16))
+    await asyncio.sleep(0.01)
+    events = drain(listener)
+    await listener.close()
+    sustained = [e for e in events if isinstance(e, SpeechSustained)]
+    assert [e.turn_id for e in sustained] == [2]
+    started = next(e for e in events if isinstance(e, SpeechStarted) and e.turn_id == 2)
+    assert 0.3 <= sustained[0].at - started.at <= 0.4
+    order = [type(e).__name__ for e in events if e.turn_id == 2]
+    assert order == ["SpeechStarted", "SpeechSustained", "EndOfTurn", "FinalTranscript"]
 
 
 async def test_partials_are_emitted_during_speech(speech) -> None:

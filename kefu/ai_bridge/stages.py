@@ -1,0 +1,175 @@
+"""The AI stages of a call, each a unit with a typed input and output.
+
+::
+
+    stage         input        → output          protocol        embedded one
+    ----------    ----------     -------------   -------------   --------------------------
+    (tap)         caller track → Pcm16k          CallerAudioTap  frames → 16 kHz mono int16
+    front end     Pcm16k       → Pcm16k          FrontEndStage   CallerFrontEnd (AEC, denoise)
+    listen        Pcm16k       → ListenEvent     ListenStage     Listener (VAD, endpoint, ASR)
+    turn stages   CallerTurn   → CallerTurn      TurnStage       none yet (emotion goes here)
+    dialog        CallerTurn   → Reply           DialogStage     KbDialog (KB, optional LLM)
+    speech        sentence     → TtsChunk …      SpeechStage     VoiceSpeech (piper, espeak)
+    speech taps   TtsChunk     → TtsChunk        SpeechTap       none yet (avatar goes here)
+    (out)         TtsChunk     → bot track       BotAudioTrack   paced 20 ms frames
+
+Media in and out stay aiortc tracks (:mod:`kefu.ai_bridge.tracks`); between them each stage is
+one of the protocols below, and :mod:`kefu.ai_bridge.pipeline` composes a call's chain from its
+:class:`~kefu.ai_bridge.pipeline.PipelineSpec`. A stage knows nothing of its neighbours: the
+emotion stage is a :class:`TurnStage`, the avatar a :class:`SpeechTap`, and adding either (or
+dropping the speech stage for a text-only channel) changes the composition only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+import numpy as np
+from numpy.typing import NDArray
+
+from kefu.ai_bridge.dialog.manager import DialogManager, Reply
+from kefu.ai_bridge.lane import Lane
+from kefu.ai_bridge.listen.listener import ListenEvent
+from kefu.ai_bridge.speak import Voice
+from kefu.ai_bridge.speak.base import TtsChunk
+
+__all__ = [
+    "CallerTurn",
+    "DialogStage",
+    "FrontEndStage",
+    "KbDialog",
+    "ListenStage",
+    "Pcm16k",
+    "SpeechStage",
+    "SpeechTap",
+    "TurnStage",
+    "VoiceSpeech",
+]
+
+Pcm16k = NDArray[np.int16]
+"""Caller audio between the tap and the listener: 16 kHz mono int16, any length."""
+
+
+@dataclass(frozen=True, slots=True)
+class CallerTurn:
+    """What the caller said in one turn, as the dialog sees it."""
+
+    call_id: str
+    """Call it belongs to."""
+    turn_id: int
+    """Endpointer turn (1, 2, ...)."""
+    text: str
+    """Final transcript, stripped (never empty: empty finals do not become turns)."""
+    lang: str
+    """Language the ASR heard."""
+    at: float
+    """Loop time the final transcript was available."""
+    emotion: str | None = None
+    """The caller's emotion, once an emotion stage has annotated the turn (None: unknown)."""
+
+
+class FrontEndStage(Protocol):
+    """Pcm16k → Pcm16k: echo cancellation, denoising (CPU work off the loop)."""
+
+    async def __call__(self, pcm16k: Pcm16k) -> Pcm16k: ...
+
+    def push_far(self, pcm: NDArray[np.int16], sample_rate: int) -> None:
+        """The bot's audio as it is sent (the echo canceller's far end)."""
+
+    def close(self) -> None: ...
+
+
+class ListenStage(Protocol):
+    """Pcm16k → ListenEvent on :attr:`events` (control events there are never dropped).
+
+    Sans-IO timing: ``feed(pcm, now)``; when audio stops, :meth:`handle_timer` at
+    :meth:`get_timer`. :class:`kefu.ai_bridge.listen.listener.Listener` is the one in use.
+    """
+
+    @property
+    def events(self) -> Lane[ListenEvent]: ...
+
+    def feed(self, pcm16k: Pcm16k, now: float) -> None: ...
+
+    def get_timer(self) -> float | None: ...
+
+    def handle_timer(self, now: float) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class TurnStage(Protocol):
+    """CallerTurn → CallerTurn, between the ASR and the dialog (the emotion stage's place)."""
+
+    async def __call__(self, turn: CallerTurn) -> CallerTurn: ...
+
+
+class DialogStage(Protocol):
+    """CallerTurn → Reply (intent, source, the answer's sentences as they come)."""
+
+    async def respond(self, turn: CallerTurn) -> Reply: ...
+
+    async def end_call(self, call_id: str) -> None: ...
+
+
+class SpeechStage(Protocol):
+    """Sentence → TtsChunk stream (the TTS)."""
+
+    def synthesize(
+        self, text: str, *, lang: str, emotion: str = "neutral"
+    ) -> AsyncIterator[TtsChunk]: ...
+
+
+class SpeechTap(Protocol):
+    """TtsChunk → TtsChunk on its way to the outbound track (the avatar's place: it sees
+    every chunk with its phoneme timings and the turn it answers; ``turn_id`` None: a fixed
+    phrase such as the greeting)."""
+
+    def __call__(self, chunk: TtsChunk, turn_id: int | None) -> TtsChunk: ...
+
+
+# -- the embedded stages ---------------------------------------------------------------------
+
+
+class KbDialog:
+    """The dialog stage over :class:`DialogManager` (knowledge base, optional LLM)."""
+
+    def __init__(self, manager: DialogManager) -> None:
+        self.manager = manager
+
+    async def respond(self, turn: CallerTurn) -> Reply:
+        return await self.manager.respond(turn.call_id, turn.text, lang=turn.lang)
+
+    async def end_call(self, call_id: str) -> None:
+        await self.manager.end_call(call_id)
+
+
+class VoiceSpeech:
+    """The speech stage over :class:`Voice`: piper/espeak, cached phrases, leading quiet cut."""
+
+    def __init__(self, voice: Voice) -> None:
+        self.voice = voice
+
+    async def synthesize(
+        self, text: str, *, lang: str, emotion: str = "neutral"
+    ) -> AsyncIterator[TtsChunk]:
+        gen = self.voice.synthesize(text, lang=lang, emotion=emotion)
+        async with contextlib.aclosing(gen):  # type: ignore[type-var]
+            first = True
+            async for chunk in gen:
+                if first:
+                    # piper opens with ~60 ms of near-silence: the caller is waiting for it.
+                    chunk = replace(chunk, pcm=trim_leading_quiet(chunk.pcm))
+                    first = False
+                yield chunk
+
+
+def trim_leading_quiet(pcm: NDArray[np.int16], threshold: int = 300, keep: int = 64) -> Pcm16k:
+    """Drop leading samples below ``threshold`` (about -40 dBFS), keeping a short fade-in."""
+    loud = np.flatnonzero(np.abs(pcm.astype(np.int32)) >= threshold)
+    if loud.size == 0:
+        return pcm
+    return pcm[max(0, int(loud[0]) - keep) :]
