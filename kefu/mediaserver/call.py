@@ -128,20 +128,19 @@ class Call:
         self.apply(CallInput.HANDBACK, f"handed back by {who}")
 
     def _hold_ai(self, held: bool) -> None:
-        """Hold (or release) the AI agent's output towards the caller.
+        """Hold (or release) the AI agent towards the caller.
 
-        The caller's leg stops playing the agent's track and plays silence instead (the agent
-        pauses its own track for barge-in, so holding it there would not last); whatever the AI
-        had queued is dropped both ways, so a hand-back starts fresh. The agent keeps listening.
-        ``CallAgent`` has no pause()/resume() of its own yet (stop answering while a human
-        speaks); they are called here once it has them.
+        The agent pauses (stops answering, drops what it had queued, keeps transcribing the
+        caller) or resumes; the caller's leg plays silence instead of the agent's track (the
+        agent pauses its own track for barge-in, so holding it there would not last).
         """
         agent = self.agent
         if agent is None:
             return
-        hook = getattr(agent, "pause" if held else "resume", None)
-        if callable(hook):
-            hook()
+        if held:
+            agent.pause()
+        else:
+            agent.resume()
         agent.outbound.flush()
         if self.endpoint is None or self.room is not None:
             return

@@ -47,6 +47,15 @@ class FakeOutbound:
 class FakeAgent:
     def __init__(self) -> None:
         self.outbound = FakeOutbound()
+        self.paused = False
+
+    def pause(self) -> None:
+        assert not self.paused, "paused twice"
+        self.paused = True
+
+    def resume(self) -> None:
+        assert self.paused, "resumed while not paused"
+        self.paused = False
 
 
 class FakeEndpoint:
@@ -140,11 +149,13 @@ def test_takeover_holds_the_ai_and_handback_gives_it_the_caller_again() -> None:
     call.takeover("bob")
     assert call.state is S.HUMAN_ACTIVE
     assert isinstance(endpoint.playing, Silence)  # the AI's voice no longer reaches the caller
+    assert agent.paused  # and the AI stops answering (it keeps transcribing)
     assert agent.outbound.flushes == 1
     held = endpoint.playing
     call.handback("bob")
     assert call.state is S.AI_ACTIVE
     assert endpoint.playing is agent.outbound
+    assert not agent.paused
     assert held.readyState == "ended"
     assert agent.outbound.flushes == 2  # nothing said while the human spoke is played late
     assert [(e.old, e.new, e.reason) for e in seen] == [  # type: ignore[attr-defined]
