@@ -28,6 +28,8 @@ import ipaddress
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from kefu.sip.uri import in_networks
+
 __all__ = ["DROP_REASONS", "AdmissionLimits", "SourceGate"]
 
 DROP_REASONS = ("rate_limited", "source_held")
@@ -78,15 +80,7 @@ class SourceGate:
 
     def exempt(self, host: str) -> bool:
         """Whether ``host`` is in ``exempt`` (never limited)."""
-        if not self._exempt:
-            return False
-        try:
-            address = ipaddress.ip_address(host.split("%")[0])
-        except ValueError:
-            return False
-        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
-            address = address.ipv4_mapped
-        return any(address in net for net in self._exempt)
+        return bool(self._exempt) and in_networks(host, self._exempt)
 
     def _source(self, host: str, now: float) -> _Source:
         source = self._sources.get(host)

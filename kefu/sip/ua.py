@@ -65,6 +65,7 @@ from kefu.sip.ua_leg import (
     dtmf_from_info,
     replace_top_via,
 )
+from kefu.sip.uri import in_networks
 from kefu.sip.validate import check_request, check_response, response_for_parse_error
 
 if TYPE_CHECKING:
@@ -180,13 +181,7 @@ class UserAgent:
         self._out.append((bytes(msg), peer))
 
     def _allowed(self, host: str) -> bool:
-        try:
-            address = ipaddress.ip_address(host.split("%")[0])
-        except ValueError:
-            return False
-        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
-            address = address.ipv4_mapped
-        return any(address in net for net in self._networks)
+        return in_networks(host, self._networks)
 
     # --- input ---------------------------------------------------------------------------
 

@@ -14,7 +14,9 @@ number).
 
 from __future__ import annotations
 
+import ipaddress
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from kefu.errors import SipParseError
@@ -186,6 +188,21 @@ def is_ip_address(value: str) -> bool:
         return True
     bracketed = value if value.startswith("[") else f"[{value}]"
     return ":" in value and bool(_IPV6_REF_RE.fullmatch(bracketed))
+
+
+IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def in_networks(host: str, networks: Iterable[IpNetwork]) -> bool:
+    """Whether the IP address ``host`` (IPv4-mapped IPv6 counts as IPv4; a zone id is ignored)
+    lies in one of ``networks``; a host name is in none."""
+    try:
+        address = ipaddress.ip_address(host.split("%")[0])
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
+        address = address.ipv4_mapped
+    return any(address in net for net in networks)
 
 
 def _split_hostport(text: str) -> tuple[str, int | None]:
