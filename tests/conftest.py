@@ -87,9 +87,12 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 
 def start_kefu(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> KefuProcess:
-    """kefu on ephemeral loopback ports, in echo mode, its state under ``tmp_path``."""
+    """kefu on ephemeral loopback ports, in echo mode, its state under ``tmp_path``, as one
+    process: tests about room workers ask for them (KEFU_WEBRTC_ROOM_WORKERS); a worker per
+    core would load every AI model once more and double start-up on a 2-core CI box."""
     defaults = {
         "KEFU_CALLS_MEDIA_MODE": "echo",
+        "KEFU_WEBRTC_ROOM_WORKERS": "1",
         "KEFU_CALLS_DRAIN_TIMEOUT": "2",
         "KEFU_SERVER_STATE_DIR": str(tmp_path / "state"),
     }

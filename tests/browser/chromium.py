@@ -8,6 +8,7 @@ try ``npm ci`` themselves once and skip with the reason when that fails).
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import secrets
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
+import numpy as np
 import pytest
 
 from kefu.signaling.tokens import mint_token
@@ -98,3 +100,13 @@ def run_driver(
 def audio_inbound(caller: dict[str, Any]) -> list[dict[str, Any]]:
     stats = caller.get("stats") or {}
     return [s for s in stats.get("inbound", []) if s.get("kind") == "audio"]
+
+
+def heard(caller: dict[str, Any]) -> list[np.ndarray]:
+    """What the page played, one mono 48 kHz int16 array per remote audio track, as the
+    driver's tap recorded it (``run_driver(..., record=True)``)."""
+    taps = caller.get("heard")
+    assert taps is not None, "run the driver with record=True to tap the page's audio"
+    for t in taps:
+        assert t["error"] is None and t["rate"] == 48000, t
+    return [np.frombuffer(base64.b64decode(t["pcm"]), "<i2").astype(np.int16) for t in taps]

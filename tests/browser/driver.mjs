@@ -9,11 +9,15 @@
 //   "holdMs": 4000,                // time in call once every caller is connected
 //   "minPackets": 0,               // stop holding early once every caller's inbound audio has
 //   "minStreams": 1,               //   this many packets on at least this many streams
-//   "timeoutMs": 15000             // per caller, to reach a state in "until"
+//   "timeoutMs": 15000,            // per caller, to reach a state in "until"
+//   "record": false                // tap the page's remote audio (see TAP below)
 // }
 // Callers start one after the other (each waits for the previous one to be connected), so
 // the first one creates the room. Result: {"callers": [{state, error, errorText, statusText,
-// stats, events, transcript, connectMs}], "ok": bool}. Never `npx playwright install`:
+// stats, events, transcript, connectMs, heard}], "ok": bool}; ``heard`` (with "record") is
+// one entry per remote audio track the page played: {track, rate, frames, pcm}, ``pcm`` the
+// base64 of mono little-endian int16 at ``rate`` (48 kHz), from the moment the page attached
+// the track to its <audio> element. Never `npx playwright install`:
 // the browser is Debian's.
 
 import { readFileSync } from "node:fs";
@@ -35,6 +39,97 @@ function flags(caller) {
   return args;
 }
 
+// The tap: an init script, so it is in place before the page's own scripts run. It changes
+// nothing the page does: it watches the DOM for the <audio> elements the page creates for
+// remote tracks and, for each audio track in one's srcObject, feeds the same track into its
+// own AudioContext (48 kHz) -> AudioWorklet, which copies every 128-frame render quantum
+// (mono: the channels averaged) into Float32 chunks posted to the page. The worklet runs on
+// the audio thread, so a busy main thread delays the chunks but does not drop any; the worklet's
+// output goes to the destination through a zero gain, so the tap plays nothing itself.
+function installTap() {
+  const RATE = 48000;
+  const CHUNK = 4800; // frames per message (100 ms)
+  const WORKLET = `
+    class KefuTap extends AudioWorkletProcessor {
+      constructor() { super(); this.buf = new Float32Array(${CHUNK}); this.n = 0; }
+      process(inputs) {
+        const chans = inputs[0] || [];
+        for (let i = 0; i < 128; i++) {
+          let v = 0;
+          for (const c of chans) v += c[i] || 0;
+          this.buf[this.n++] = chans.length ? v / chans.length : 0;
+          if (this.n === this.buf.length) {
+            this.port.postMessage(this.buf, [this.buf.buffer]);
+            this.buf = new Float32Array(${CHUNK});
+            this.n = 0;
+          }
+        }
+        return true;
+      }
+    }
+    registerProcessor("kefu-tap", KefuTap);`;
+  const taps = [];
+  const seen = new Set();
+  let ready = null;
+  function context() {
+    if (!ready) {
+      const ctx = new AudioContext({ sampleRate: RATE });
+      const url = URL.createObjectURL(new Blob([WORKLET], { type: "text/javascript" }));
+      ready = ctx.audioWorklet.addModule(url).then(() => ctx.resume()).then(() => ctx);
+    }
+    return ready;
+  }
+  async function tap(track) {
+    if (track.kind !== "audio" || seen.has(track.id)) return;
+    seen.add(track.id);
+    const rec = { track: track.id, chunks: [], error: null };
+    taps.push(rec);
+    try {
+      const ctx = await context();
+      const source = ctx.createMediaStreamSource(new MediaStream([track]));
+      const node = new AudioWorkletNode(ctx, "kefu-tap", { numberOfOutputs: 1 });
+      node.port.onmessage = (e) => rec.chunks.push(e.data);
+      const mute = ctx.createGain();
+      mute.gain.value = 0;
+      source.connect(node).connect(mute).connect(ctx.destination);
+      rec.nodes = [source, node, mute]; // keep them alive
+    } catch (err) {
+      rec.error = String(err);
+    }
+  }
+  function scan(node) {
+    if (!(node instanceof Element)) return;
+    const found = node.matches("audio") ? [node] : Array.from(node.querySelectorAll("audio"));
+    for (const el of found) {
+      if (el.srcObject instanceof MediaStream) el.srcObject.getAudioTracks().forEach(tap);
+    }
+  }
+  new MutationObserver((records) => {
+    for (const r of records) r.addedNodes.forEach(scan);
+  }).observe(document, { childList: true, subtree: true });
+  window.__kefuTap = {
+    dump() {
+      return taps.map((rec) => {
+        const frames = rec.chunks.reduce((n, c) => n + c.length, 0);
+        const bytes = new Uint8Array(frames * 2);
+        const view = new DataView(bytes.buffer);
+        let at = 0;
+        for (const c of rec.chunks) {
+          for (const v of c) {
+            view.setInt16(at, Math.max(-32768, Math.min(32767, Math.round(v * 32768))), true);
+            at += 2;
+          }
+        }
+        let bin = "";
+        for (let i = 0; i < bytes.length; i += 0x8000) {
+          bin += String.fromCharCode.apply(null, bytes.subarray(i, i + 0x8000));
+        }
+        return { track: rec.track, rate: RATE, frames, error: rec.error, pcm: btoa(bin) };
+      });
+    },
+  };
+}
+
 async function launch(caller) {
   const context = await chromium.launchPersistentContext(caller.profile, {
     executablePath: spec.chromium || "/usr/bin/chromium",
@@ -44,6 +139,7 @@ async function launch(caller) {
     // No permission granted: with fakeUi false, getUserMedia is refused like a user's "Block".
     permissions: caller.fakeUi === false ? [] : undefined,
   });
+  if (spec.record) await context.addInitScript(installTap);
   const page = context.pages()[0] || (await context.newPage());
   const logs = [];
   page.on("console", (m) => logs.push(`${m.type()}: ${m.text()}`));
@@ -101,8 +197,9 @@ async function main() {
     }
     const results = [];
     for (const run of runs) {
+      const heard = spec.record ? await run.page.evaluate(() => window.__kefuTap.dump()) : null;
       results.push({ ...(await snapshot(run)), connectMs: run.connectMs, timeout: run.timeout || null,
-        logs: run.logs.slice(-20) });
+        logs: run.logs.slice(-20), heard });
     }
     process.stdout.write(JSON.stringify({ ok: true, callers: results }) + "\n");
   } catch (err) {
