@@ -28,7 +28,7 @@ from kefu.mediaserver.call import Call
 from kefu.mediaserver.config import Config
 from kefu.mediaserver.media import PcmTrack, PromptThenEcho, chime, load_wav
 from kefu.mediaserver.metrics import Metrics
-from kefu.mediaserver.rooms import RoomService
+from kefu.mediaserver.rooms import RoomService, room_call_id
 
 log = structlog.get_logger("kefu.server")
 
@@ -79,7 +79,7 @@ class MediaModes:
 
     def _room_agent(self, room_id: str, hears: MediaStreamTrack, publish: Any) -> CallAgent:
         assert self.ai is not None
-        return CallAgent(self.ai, f"room:{room_id}", hears, publish=publish)
+        return CallAgent(self.ai, room_call_id(room_id), hears, publish=publish)
 
     # --- a call's media ----------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +17,7 @@ import av
 import structlog
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
+from kefu.mediaserver.events import CallEnded, CallStarted
 from kefu.sfu.api import LocalParticipant, Participant, Sfu
 
 log = structlog.get_logger("kefu.rooms")
@@ -56,8 +58,18 @@ class DeferredTrack(MediaStreamTrack):
 class RoomService:
     """What signaling talks to (the Sfu contract), plus kefu's server-side participants."""
 
-    def __init__(self, sfu: Sfu, *, no_bot_rooms: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self,
+        sfu: Sfu,
+        *,
+        no_bot_rooms: frozenset[str] = frozenset(),
+        publish: Callable[[object], None] | None = None,
+    ) -> None:
         self.sfu = sfu
+        self.publish = publish
+        """The event bus: a room with an AI agent is a call (``room:<id>``) on it, and the
+        agent's events (transcripts, turns, barge-ins, handoffs) go there as well as to the
+        room's data channel."""
         self.no_bot_rooms = no_bot_rooms
         """Rooms where people talk to each other (e.g. the SIP room): no echoing bot."""
         self._bots: dict[str, LocalParticipant] = {}
@@ -87,10 +99,16 @@ class RoomService:
             log.info("room_bot_joined", room=room_id, mode="echo")
             return
 
+        bus = self.publish
+
         def publish(event: object) -> None:
             if dataclasses.is_dataclass(event):
                 bot.publish_event({"type": type(event).__name__, **_fields(event)})
+            if bus is not None:
+                bus(event)
 
+        if bus is not None:
+            bus(CallStarted(room_call_id(room_id), time.time(), "webrtc", room_id))
         agent = self.make_bot(room_id, bot.mixed_audio, publish)
         self._agents[room_id] = agent
         speaks.connect(agent.outbound)
@@ -118,6 +136,8 @@ class RoomService:
         agent = self._agents.pop(room_id, None)
         if agent is not None:
             await agent.close()
+            if self.publish is not None:
+                self.publish(CallEnded(room_call_id(room_id), time.time(), "room_closed", True))
         bot = self._bots.pop(room_id, None)
         if bot is not None:
             await bot.leave()
@@ -127,6 +147,11 @@ class RoomService:
         for room_id in list(self._bots):
             await self._remove_bot(room_id)
         await self.sfu.close()
+
+
+def room_call_id(room_id: str) -> str:
+    """The call id of a room's AI conversation (its agent's and its events' ``call_id``)."""
+    return f"room:{room_id}"
 
 
 def _fields(event: object) -> dict[str, Any]:

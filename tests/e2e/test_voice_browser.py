@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 from browser.chromium import heard, kefu_env, page_url, require_chromium, run_driver, token
 from conftest import start_kefu
+from helpers.events_reader import EventsReader, one_call
 
 from loadtest.pcap import write_wav
 from loadtest.voice import VOICED_RMS
@@ -95,14 +96,15 @@ def test_browser_customer_hears_the_bot_answer_and_sees_its_text(tmp_path: Path)
     try:
         room = f"ai-{secrets.token_hex(3)}"
         url = page_url(kefu.http, token=token(secret, room), room=room)
-        result = run_driver(
-            tmp_path,
-            [{"url": url, "wav": str(wav)}],
-            holdMs=14000,
-            timeoutMs=15000,
-            timeout_s=90,
-            record=True,
-        )
+        with EventsReader(kefu.http, secret) as reader:  # a supervisor watching every call
+            result = run_driver(
+                tmp_path,
+                [{"url": url, "wav": str(wav)}],
+                holdMs=14000,
+                timeoutMs=15000,
+                timeout_s=90,
+                record=True,
+            )
     finally:
         kefu.stop()
     caller = result["callers"][0]
@@ -124,3 +126,17 @@ def test_browser_customer_hears_the_bot_answer_and_sees_its_text(tmp_path: Path)
     # The transcript panel shows the same exchange.
     panel = " ".join(caller["transcript"]).lower()
     assert all(k in panel for k in KEY_WORDS), caller["transcript"]
+
+    # The same conversation on /api/events, as the call room:<room>.
+    mine = one_call(reader.events, f"room:{room}")
+    kinds = [e["type"] for e in mine]
+    assert kinds and kinds[0] == "call.started" and mine[0]["kind"] == "webrtc", kinds
+    lines = [e for e in mine if e["type"] == "transcript.final"]
+    asked = [e for e in lines if e["speaker"] == "caller" and "deliver" in e["text"].lower()]
+    assert asked, lines
+    turn = asked[0]["turn_id"]
+    told = [e for e in lines if e["speaker"] == "bot" and e["turn_id"] == turn]
+    assert told and all(k in told[0]["text"].lower() for k in KEY_WORDS), lines
+    traces = [e for e in mine if e["type"] == "turn.trace" and e["turn_id"] == turn]
+    assert traces and traces[0]["stages_ms"]["response"] is not None, kinds
+    assert mine.index(asked[0]) < mine.index(told[0]) < mine.index(traces[0]), kinds

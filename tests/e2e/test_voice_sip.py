@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from conftest import KefuProcess, start_kefu
+from helpers.events_reader import EventsReader, one_call
 
 from loadtest.peers import take_ports
 from loadtest.voice import Heard, Question, build_script, run_sip
@@ -271,3 +272,42 @@ def test_llm_sentence_is_spoken_then_kb_answer_when_the_llm_is_down(
     assert "business days" in spoken and "elephant" not in spoken, spoken
     sources = [t["source"] for t in traces(server) if t.get("turn_id", 0) > 0]
     assert sources[:1] == ["llm"] and sources[-1] == "kb", sources
+
+
+# -- the call seen from outside: GET /api/events ------------------------------------------------
+
+
+def test_an_events_reader_sees_the_call_the_question_the_answer_and_the_end(
+    kefu_ai: KefuProcess, ask: Any, tmp_path: Path
+) -> None:
+    secret = (kefu_ai.log_path.parent / "state" / "jwt-secret").read_text().strip()
+    with EventsReader(kefu_ai.http, secret) as reader:
+        script = build_script([ask("How long does delivery take?")], gap_s=6.0)
+        [heard] = run_sip(kefu_ai.sip, [script], tmp_path)
+        assert heard.ok, heard.error
+        ended = reader.wait_for("call.ended")
+    call_id = ended["call_id"]
+    mine = one_call(reader.events, call_id)
+    kinds = [e["type"] for e in mine]
+    assert all(e["v"] == 1 for e in mine)
+    assert kinds[0] == "call.started" and kinds[-1] == "call.ended", kinds
+    answered = kinds.index("call.state_changed")
+    assert mine[answered]["new"] == "ai_active"
+    lines = [e for e in mine if e["type"] == "transcript.final"]
+    asked = next(i for i, e in enumerate(mine) if e in lines and e["speaker"] == "caller")
+    assert "deliver" in mine[asked]["text"].lower(), mine[asked]
+    turn = mine[asked]["turn_id"]
+    told = next(
+        i
+        for i, e in enumerate(mine)
+        if e in lines and e["speaker"] == "bot" and e["turn_id"] == turn
+    )
+    assert "business days" in mine[told]["text"], mine[told]
+    traced = next(
+        i for i, e in enumerate(mine) if e["type"] == "turn.trace" and e["turn_id"] == turn
+    )
+    assert answered < asked < told < traced < len(mine) - 1, kinds
+    trace = mine[traced]
+    assert trace["speech_end"] <= trace["asr_final"] <= trace["first_packet"], trace
+    assert trace["source"] == "kb" and trace["stages_ms"]["response"] is not None, trace
+    assert ended["answered"] is True
