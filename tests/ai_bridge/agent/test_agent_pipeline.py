@@ -136,7 +136,10 @@ async def test_stages_are_added_by_composition_alone(services, call_factory, spo
     await call.bus.wait(Utterance, bot_line(1), 25)
     await call.sender.fast_forward(call.agent)
     trace = await call.bus.wait(TurnTrace, lambda e: e.turn_id == 1, 10)
-    assert [t.turn_id for t in mood.turns] == [1] and "hours" in mood.turns[0].text.lower()
+    asked = await call.bus.wait(Utterance, lambda e: e.speaker == "caller" and e.turn_id == 1)
+    # The stage saw the caller's turn as transcribed (tiny.en may mishear a word of it).
+    assert [t.turn_id for t in mood.turns] == [1]
+    assert mood.turns[0].text == asked.text  # type: ignore[attr-defined]
     answer_chunks = [c for turn_id, c in face.chunks if turn_id == 1]
     assert answer_chunks and any(c.phonemes for c in answer_chunks)
     spoken_text = " ".join(c.text for c in answer_chunks if c.text)
