@@ -38,7 +38,9 @@ def question_wav(path: Path) -> Path:
 
     from kefu.ai_bridge.listen.heldout import piper_voice, speak
 
-    pcm = soxr.resample(speak(piper_voice(), QUESTION), 16000, 48000).astype(np.int16)
+    pcm = soxr.resample(
+        speak(piper_voice(), QUESTION, noise_scale=0, noise_w_scale=0), 16000, 48000
+    ).astype(np.int16)
     silence = np.zeros(48000 * 5, np.int16)
     # Chromium loops the file: the long tail keeps the question from repeating in the call.
     write_wav(path, np.concatenate([silence, pcm, np.zeros(48000 * 14, np.int16)]), 48000)

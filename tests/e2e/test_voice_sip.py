@@ -55,7 +55,7 @@ def ask(voice: object):  # noqa: ANN201 - a factory
     from kefu.ai_bridge.listen.heldout import speak
 
     def make(text: str) -> Question:
-        return Question(text[:20], speak(voice, text), text)
+        return Question(text[:20], speak(voice, text, noise_scale=0, noise_w_scale=0), text)
 
     return make
 

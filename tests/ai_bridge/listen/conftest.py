@@ -22,7 +22,7 @@ def speech(voice) -> np.ndarray:
     """~2.5 s of piper speech at 16 kHz."""
     from kefu.ai_bridge.listen.heldout import speak
 
-    return speak(voice, "I want to check the status of my order.")
+    return speak(voice, "I want to check the status of my order.", noise_scale=0, noise_w_scale=0)
 
 
 @pytest.fixture(scope="session")
