@@ -102,12 +102,7 @@ class CallAgent:
         self.registry = registry
         check_names(self.spec, registry)  # a misspelt stage fails here, not mid-call
         self.outbound = BotAudioTrack(paced=paced_output)
-        self.tracer = TurnTracer(
-            call_id,
-            metrics=services.metrics,
-            interaction_log=services.interaction_log,
-            publish=publish,
-        )
+        self.tracer = TurnTracer(call_id, publish=publish)
         self.responder = Responder(call_id, self.lang, self.outbound, self.tracer, publish)
         self.pipeline: Pipeline | None = None
         self.floor = FloorMachine()
@@ -356,8 +351,6 @@ class CallAgent:
             round(1000 * dropped / self.outbound.sample_rate, 1),
         )
         self.barge_ins.append(event)
-        if self.services.metrics is not None:
-            self.services.metrics.observe_barge_in(stop_s)
         self._log.info(
             "barge_in",
             turn_id=held.turn_id,

@@ -211,6 +211,13 @@ class AiServices:
                 return f"{name}: {part.status}"
         return None
 
+    def event_readers(self) -> list[Callable[[object], None]]:
+        """Sinks for the event bus: the turn metrics, and the interaction log if configured."""
+        readers: list[Callable[[object], None]] = [self.metrics.read]
+        if self.interaction_log is not None:
+            readers.append(self.interaction_log.read)
+        return readers
+
     async def close(self) -> None:
         if self.interaction_log is not None:
             await self.interaction_log.close()

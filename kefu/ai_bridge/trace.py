@@ -23,6 +23,8 @@ from typing import Any
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from kefu.ai_bridge.events import BargeIn
+
 __all__ = ["STAGES", "InteractionLog", "TurnMetrics", "TurnTrace", "TurnTracer"]
 
 log = structlog.get_logger(__name__)
@@ -134,6 +136,13 @@ class TurnMetrics:
     def observe_barge_in(self, stop_latency_s: float) -> None:
         self.barge_in_stop.observe(max(0.0, stop_latency_s))
 
+    def read(self, event: object) -> None:
+        """A bus sink: finished turns and barge-ins become samples."""
+        if isinstance(event, TurnTrace):
+            self.observe(event)
+        elif isinstance(event, BargeIn):
+            self.observe_barge_in(event.stop_latency_ms / 1000)
+
 
 class InteractionLog:
     """Append-only JSONL, one line per turn, written off the event loop.
@@ -150,6 +159,13 @@ class InteractionLog:
         self._pending: list[str] = []
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="interaction-log")
         self._flushing: asyncio.Task[None] | None = None
+
+    def read(self, event: object) -> None:
+        """A bus sink: one line per finished turn (the trace and its stage durations)."""
+        if isinstance(event, TurnTrace):
+            record = asdict(event)
+            record["stages_ms"] = event.stages_ms()
+            self.write(record)
 
     def write(self, record: dict[str, Any]) -> None:
         """Buffer one record; the write happens in the background."""
@@ -225,14 +241,12 @@ class TurnTracer:
         self,
         call_id: str,
         *,
-        metrics: TurnMetrics | None = None,
-        interaction_log: InteractionLog | None = None,
         publish: Callable[[object], None] | None = None,
     ) -> None:
         self.call_id = call_id
-        self.metrics = metrics
-        self.interaction_log = interaction_log
         self.publish = publish
+        """Where finished traces go: the bus, whose readers include the metrics and the
+        interaction log."""
         self.traces: list[TurnTrace] = []
         """Every finished trace of the call, in order (bounded by the call's turns)."""
         self._open: dict[int, _Marks] = {}
@@ -288,12 +302,6 @@ class TurnTracer:
             speculative=trace.speculative,
             **{f"{k}_ms": v for k, v in stages.items()},
         )
-        if self.metrics is not None:
-            self.metrics.observe(trace)
-        if self.interaction_log is not None:
-            record = asdict(trace)
-            record["stages_ms"] = stages
-            self.interaction_log.write(record)
         if self.publish is not None:
             self.publish(trace)
         return trace

@@ -1,8 +1,17 @@
 """The in-process event bus: every call event goes here; the workbench, logs and metrics read it.
 
-Subscribers get a bounded queue each. A slow subscriber loses its oldest events (counted in
-``dropped``) rather than slowing the calls down. Redis pub/sub can stand behind the same API.
-Events are frozen dataclasses (kefu.mediaserver.events); ``event_json`` writes them as JSON.
+Two kinds of reader:
+
+* **subscriptions** (``/api/events`` sockets, a room's data channel): a bounded queue each. A
+  slow subscriber loses its oldest events (counted in ``dropped``) rather than slowing the
+  calls down;
+* **sinks** (the interaction log, the Prometheus metrics): called inline for every event, in
+  the order attached, and never lose one. A sink must be quick and never block (the
+  interaction log buffers and writes on a thread); one that raises is logged and stays
+  attached, and the other readers still get the event.
+
+Redis pub/sub can stand behind the same API. Events are frozen dataclasses
+(kefu.mediaserver.events); ``event_json`` writes them as JSON.
 """
 
 from __future__ import annotations
@@ -10,6 +19,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+
+import structlog
+
+log = structlog.get_logger(__name__)
 
 
 @dataclass(eq=False)
@@ -47,6 +60,7 @@ class Subscription:
 class EventBus:
     queue_size: int = 256
     _subscribers: set[Subscription] = field(default_factory=set)
+    _sinks: list[Callable[[object], None]] = field(default_factory=list)
 
     def subscribe(
         self, accept: Callable[[object], bool] | None = None, *, queue_size: int | None = None
@@ -56,6 +70,14 @@ class EventBus:
         self._subscribers.add(sub)
         return sub
 
+    def attach(self, sink: Callable[[object], None]) -> None:
+        """Call ``sink`` with every event from now on (see the module's doc for the rules)."""
+        self._sinks.append(sink)
+
+    def detach(self, sink: Callable[[object], None]) -> None:
+        if sink in self._sinks:
+            self._sinks.remove(sink)
+
     def unsubscribe(self, sub: Subscription) -> None:
         self._subscribers.discard(sub)
 
@@ -64,5 +86,10 @@ class EventBus:
         return len(self._subscribers)
 
     def publish(self, event: object) -> None:
+        for sink in self._sinks:
+            try:
+                sink(event)
+            except Exception:  # a reader's bug must not reach the call that published
+                log.exception("bus_sink_failed", sink=getattr(sink, "__qualname__", repr(sink)))
         for sub in self._subscribers:
             sub.deliver(event)

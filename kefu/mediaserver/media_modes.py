@@ -62,6 +62,8 @@ class MediaModes:
         t0 = time.monotonic()
         ai = await AiServices.start(self._ai_settings(), registry=self.metrics.registry)
         self.ai = ai
+        for reader in ai.event_readers():
+            self.bus.attach(reader)
         self.rooms.make_bot = self._room_agent
         log.info("ai_loaded", seconds=round(time.monotonic() - t0, 1), ready=ai.ready)
 

@@ -8,7 +8,7 @@ only members left are server-side participants is closed by :meth:`RoomService.s
 from __future__ import annotations
 
 import asyncio
-import dataclasses
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -17,7 +17,9 @@ import av
 import structlog
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
-from kefu.mediaserver.events import CallEnded, CallStarted
+from kefu.ai_bridge.events import BargeIn, HandoffRequested, Utterance
+from kefu.mediaserver.bus import EventBus, Subscription
+from kefu.mediaserver.events import CallEnded, CallStarted, CallStateChanged, event_json
 from kefu.sfu.api import LocalParticipant, Participant, Sfu
 
 log = structlog.get_logger("kefu.rooms")
@@ -25,6 +27,11 @@ log = structlog.get_logger("kefu.rooms")
 BotFactory = Callable[[str, MediaStreamTrack, Callable[[object], None]], Any]
 SERVER_ROLES = frozenset({"bot", "sip"})
 BOT_ID = "kefu-bot"
+ROOM_CHANNEL_EVENTS: tuple[type, ...] = (Utterance, BargeIn, HandoffRequested, CallStateChanged)
+"""What a room's data channel carries of its call's events (the caller page's transcript and
+states), in their JSON form; turn traces and the rest stay with staff readers."""
+ROOM_CHANNEL_QUEUE = 64
+"""Events waiting for a room's data channel; a stalled room loses its oldest."""
 
 
 class DeferredTrack(MediaStreamTrack):
@@ -63,17 +70,17 @@ class RoomService:
         sfu: Sfu,
         *,
         no_bot_rooms: frozenset[str] = frozenset(),
-        publish: Callable[[object], None] | None = None,
+        bus: EventBus | None = None,
     ) -> None:
         self.sfu = sfu
-        self.publish = publish
-        """The event bus: a room with an AI agent is a call (``room:<id>``) on it, and the
-        agent's events (transcripts, turns, barge-ins, handoffs) go there as well as to the
-        room's data channel."""
+        self.bus = bus if bus is not None else EventBus()
+        """A room with an AI agent is a call (``room:<id>``) on the bus; the room's data
+        channel is one of the bus's readers (:data:`ROOM_CHANNEL_EVENTS`)."""
         self.no_bot_rooms = no_bot_rooms
         """Rooms where people talk to each other (e.g. the SIP room): no echoing bot."""
         self._bots: dict[str, LocalParticipant] = {}
         self._agents: dict[str, Any] = {}
+        self._channels: dict[str, tuple[Subscription, asyncio.Task[None]]] = {}
         self.make_bot: Callable[[str, MediaStreamTrack, Callable[[object], None]], Any] | None = (
             None
         )
@@ -99,17 +106,15 @@ class RoomService:
             log.info("room_bot_joined", room=room_id, mode="echo")
             return
 
-        bus = self.publish
-
-        def publish(event: object) -> None:
-            if dataclasses.is_dataclass(event):
-                bot.publish_event({"type": type(event).__name__, **_fields(event)})
-            if bus is not None:
-                bus(event)
-
-        if bus is not None:
-            bus(CallStarted(room_call_id(room_id), time.time(), "webrtc", room_id))
-        agent = self.make_bot(room_id, bot.mixed_audio, publish)
+        call_id = room_call_id(room_id)
+        sub = self.bus.subscribe(
+            lambda e: isinstance(e, ROOM_CHANNEL_EVENTS) and e.call_id == call_id,  # type: ignore[attr-defined]
+            queue_size=ROOM_CHANNEL_QUEUE,
+        )
+        task = asyncio.create_task(_to_data_channel(sub, bot), name=f"room-channel:{room_id}")
+        self._channels[room_id] = (sub, task)
+        self.bus.publish(CallStarted(call_id, time.time(), "webrtc", room_id))
+        agent = self.make_bot(room_id, bot.mixed_audio, self.bus.publish)
         self._agents[room_id] = agent
         speaks.connect(agent.outbound)
         await agent.start()
@@ -136,8 +141,14 @@ class RoomService:
         agent = self._agents.pop(room_id, None)
         if agent is not None:
             await agent.close()
-            if self.publish is not None:
-                self.publish(CallEnded(room_call_id(room_id), time.time(), "room_closed", True))
+            self.bus.publish(CallEnded(room_call_id(room_id), time.time(), "room_closed", True))
+        channel = self._channels.pop(room_id, None)
+        if channel is not None:
+            sub, task = channel
+            self.bus.unsubscribe(sub)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         bot = self._bots.pop(room_id, None)
         if bot is not None:
             await bot.leave()
@@ -154,11 +165,11 @@ def room_call_id(room_id: str) -> str:
     return f"room:{room_id}"
 
 
-def _fields(event: object) -> dict[str, Any]:
-    """A JSON-friendly copy of an event dataclass for the room's data channel."""
-    out = {}
-    for f in dataclasses.fields(event):  # type: ignore[arg-type]
-        value = getattr(event, f.name)
-        if isinstance(value, str | int | float | bool) or value is None:
-            out[f.name] = value
-    return out
+async def _to_data_channel(sub: Subscription, bot: LocalParticipant) -> None:
+    """Forward a room's call events to its data channel until cancelled; tells the page how
+    many it lost when the channel fell behind."""
+    async for event in sub:
+        lost = sub.take_dropped()
+        if lost:
+            bot.publish_event({"v": 1, "type": "events.dropped", "count": lost})
+        bot.publish_event(event_json(event))

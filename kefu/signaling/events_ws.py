@@ -20,7 +20,9 @@ subscription; its sender task moves events from the subscription to the socket:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -79,10 +81,21 @@ class EventStreamSettings:
     """Largest message a client may send (bigger: aiohttp closes with 1009)."""
     writer_limit: int = 16 * 1024
     """Bytes written between checks that the socket drains."""
+    send_buffer: int = 64 * 1024
+    """The reader socket's kernel send buffer (SO_SNDBUF; the kernel doubles it). Left to
+    autotuning a stalled reader's socket would hold up to ``tcp_wmem``'s maximum (4 MiB on
+    Linux) of events in kernel memory, out of sight of ``queue_size``."""
     close_timeout_s: float = 2.0
     """How long a closing handshake may take before the connection is dropped."""
     heartbeat_s: float | None = 60.0
     """kefu pings this often; a reader silent for half of it more is dropped (dead peers)."""
+
+
+def _cap_send_buffer(request: web.Request, size: int) -> None:
+    sock = request.transport.get_extra_info("socket") if request.transport else None
+    if sock is not None and size > 0:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
 
 
 def _dumps(message: dict[str, Any]) -> str:
@@ -209,6 +222,7 @@ class EventStream:
             response = error_response(426, "websocket_required", "GET /api/events is a WebSocket")
             response.headers[hdrs.UPGRADE] = "websocket"
             return response
+        _cap_send_buffer(request, s.send_buffer)
         await ws.prepare(request)
         if self._closed:
             await self._refuse(ws, CLOSE_GOING_AWAY, "shutting_down", "server is shutting down")

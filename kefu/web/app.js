@@ -87,8 +87,8 @@ function addTranscriptLine(event) {
 
 function onRoomEvent(event) {
   window.kefu.events.push(event);
-  // "Utterance" is what kefu's AI agent publishes for each line it hears or says.
-  if (event.type === "transcript" || event.type === "Utterance") addTranscriptLine(event);
+  // "transcript.final" (docs/events.md) is each line kefu's AI agent hears or says.
+  if (event.type === "transcript" || event.type === "transcript.final") addTranscriptLine(event);
   else if (event.type === "call_state" && event.state) {
     addTranscriptLine({ speaker: "system", text: `Call ${event.state}`, final: true });
   }

@@ -183,8 +183,12 @@ class Bus:
 
     events: list[object] = field(default_factory=list)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+    readers: list[Callable[[object], None]] = field(default_factory=list)
+    """Sinks called with every event, as the server's bus calls the AI's metrics and log."""
 
     def __call__(self, event: object) -> None:
+        for reader in self.readers:
+            reader(event)
         self.events.append(event)
         self.changed.set()
 
@@ -264,7 +268,7 @@ def make_call() -> Callable[..., object]:
 
     async def make(services: AiServices, **kwargs: object) -> Call:
         caller = FakeCaller()
-        bus = Bus()
+        bus = Bus(readers=services.event_readers())
         agent = CallAgent(
             services,
             f"test-{len(calls)}-{id(caller)}",

@@ -12,8 +12,10 @@ import pytest
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from prometheus_client import CollectorRegistry
 
+from kefu.ai_bridge.events import BargeIn
 from kefu.ai_bridge.trace import InteractionLog, TurnMetrics, TurnTrace, TurnTracer
 from kefu.ai_bridge.tracks import OUTPUT_RATE, BotAudioTrack, CallerAudioTap, frame_to_mono_s16
+from kefu.mediaserver.bus import EventBus
 
 
 class Clock:
@@ -192,23 +194,25 @@ def test_trace_stages_and_metrics() -> None:
     assert reg.get_sample_value("kefu_turns_total", {"source": "greeting"}) == 1
 
 
-async def test_tracer_writes_interaction_log_off_loop(tmp_path) -> None:
+async def test_interaction_log_reads_traces_off_loop(tmp_path) -> None:
     path = tmp_path / "log" / "turns.jsonl"
     ilog = InteractionLog(path)
-    published: list[object] = []
-    tracer = TurnTracer(
-        "c9",
-        metrics=TurnMetrics(CollectorRegistry()),
-        interaction_log=ilog,
-        publish=published.append,
-    )
+    metrics = TurnMetrics(CollectorRegistry())
+    bus = EventBus()
+    bus.attach(ilog.read)
+    bus.attach(metrics.read)
+    tracer = TurnTracer("c9", publish=bus.publish)
     m = tracer.marks(3)
     m.speech_end, m.first_packet, m.transcript, m.source = 1.0, 1.6, "where is my order", "kb"
     trace = tracer.finish(3, barge_in=True)
-    assert trace is not None and published == [trace] and tracer.finish(3) is None
+    assert trace is not None and tracer.finish(3) is None
+    bus.publish(BargeIn("c9", 4, 2.0, 2.15, 150.0, 800.0))  # not a turn: no line
     await ilog.close()
     lines = path.read_text().splitlines()
     assert len(lines) == 1
     rec = json.loads(lines[0])
     assert rec["call_id"] == "c9" and rec["turn_id"] == 3 and rec["barge_in"] is True
     assert rec["transcript"] == "where is my order" and rec["stages_ms"]["response"] == 600.0
+    reg = metrics.registry
+    assert reg.get_sample_value("kefu_turns_total", {"source": "kb"}) == 1
+    assert reg.get_sample_value("kefu_turn_barge_in_stop_seconds_sum") == pytest.approx(0.15)
