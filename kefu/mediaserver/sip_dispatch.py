@@ -115,9 +115,11 @@ class SipDispatch:
                 self.metrics.sip_dropped.labels(reason).inc()
             case sipev.IncomingCall():
                 self._incoming(event)
-            case sipev.CallConfirmed(leg=leg):
+            case sipev.CallConfirmed(leg=leg, negotiated=negotiated):
                 if call := self.calls.get(leg):
                     call.log.info("ack_received")
+                    if negotiated is not None:  # the ACK answered our offer (delayed offer)
+                        self.answerer.ack_answered(call, negotiated)
             case sipev.CallCancelled(leg=leg):
                 if call := self.calls.get(leg):
                     self.lifecycle.end_soon(call, "cancelled")

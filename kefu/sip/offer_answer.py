@@ -15,6 +15,10 @@ accepted :class:`NegotiationError` (an :class:`~kefu.errors.SdpError`) carries t
 Re-INVITEs (RFC 3264 §8): pass the previous :class:`Negotiated` as ``previous``. Our ``o=``
 session id is kept; the version is bumped when the answer changed and kept when it did not
 (both are what §8 requires), so session-refresh re-INVITEs get a byte-identical answer.
+
+Delayed offer (an INVITE without SDP, RFC 3261 §13.2.1): kefu offers with :func:`make_offer`
+(:func:`continue_origin` for a re-INVITE) and reads the ACK's answer with :func:`accept_answer`
+(see :mod:`kefu.sip.delayed_offer`).
 """
 
 from __future__ import annotations
@@ -469,6 +473,17 @@ def make_offer(
         session_version=session_version,
         media=(audio,),
     )
+
+
+def continue_origin(offer: SessionDescription, previous: Negotiated) -> SessionDescription:
+    """``offer`` as the next description of ``previous``'s session (RFC 3264 §8): kefu's
+    ``o=`` session id, its version kept when nothing else changed and bumped otherwise."""
+    ours = previous.local_sdp.origin
+    same = replace(offer.origin, session_id=ours.session_id, session_version=ours.session_version)
+    kept = replace(offer, origin=same)
+    if _same_content(kept, previous.local_sdp):
+        return kept
+    return replace(kept, origin=replace(same, session_version=ours.session_version + 1))
 
 
 def _offer_pt(name: str, clock_rate: int, static: int | None) -> int:

@@ -20,6 +20,13 @@ the address the dialog's INVITE came from, which is what a call-center trunk exp
 Leg state table (invariants): ``incoming`` → ``answered`` (2xx sent) → ``confirmed`` (ACK)
 → ``ended``; ``incoming`` → ``ended`` on reject or CANCEL. A leg leaves the table only when it
 is ended and its BYE transaction, if any, is done.
+
+Delayed offer (RFC 3261 §13.2.1): an INVITE or re-INVITE without SDP is answered with
+``answer_with_offer``/``answer_reinvite_with_offer``; the 2xx (and each retransmission of it,
+byte for byte) carries kefu's offer, and the ACK with the INVITE's CSeq number must carry the
+answer. A usable answer confirms the leg with the negotiated media in ``CallConfirmed``;
+anything else (no body, bad SDP, no common codec, audio port 0) ends it: BYE with a ``Reason``
+header (RFC 3326), then ``CallEnded`` (:mod:`kefu.sip.delayed_offer`).
 """
 
 from __future__ import annotations
@@ -28,11 +35,11 @@ import ipaddress
 import secrets
 from collections import deque
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from kefu.errors import InvalidTransition, SipParseError
 from kefu.sip import ua_events as ev
 from kefu.sip.auth import DigestServer
+from kefu.sip.delayed_offer import AnswerRejected, PendingOffer, read_ack_answer
 from kefu.sip.dialog import Dialog, DialogId, OkRetransmitter, new_tag
 from kefu.sip.message import (
     InvalidHeaderValue,
@@ -42,6 +49,7 @@ from kefu.sip.message import (
     parse_message,
 )
 from kefu.sip.refer import ReferSubscription, build_refer
+from kefu.sip.sdp import SessionDescription
 from kefu.sip.session_timer import RefreshDue, SessionExpired, SessionTimer, negotiate_uas
 from kefu.sip.transaction import (
     ClientTransaction,
@@ -67,9 +75,6 @@ from kefu.sip.ua_leg import (
 )
 from kefu.sip.uri import in_networks
 from kefu.sip.validate import check_request, check_response, response_for_parse_error
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["Peer", "UaEvent", "UaSettings", "UserAgent"]
 
@@ -309,7 +314,7 @@ class UserAgent:
         req, tx = event.request, event.transaction
         now = self._now
         if tx is None:
-            self._on_ack(req)
+            self._on_ack(req, now)
             return
         peer = tx.peer
         assert isinstance(peer, Peer)
@@ -417,17 +422,29 @@ class UserAgent:
         self._respond(tx, 401, headers=(("WWW-Authenticate", challenge),), now=now)
         return False
 
-    def _on_ack(self, req: Request) -> None:
+    def _on_ack(self, req: Request, now: float) -> None:
         leg = self._by_dialog.get(DialogId.for_incoming(req))
         if leg is None or leg.state not in ("answered", "confirmed"):
             self._events.append(ev.Dropped("stray_ack"))
             return
+        pending, negotiated = leg.pending_offer, None
+        if pending is not None and req.cseq.seq != pending.cseq:
+            self._events.append(ev.Dropped("stale_ack"))  # a late ACK for an earlier 2xx
+            return
         if leg.ok is not None:
             leg.ok.ack_received()
             leg.ok = None
-        if leg.state == "answered":
+        if pending is not None:
+            leg.pending_offer = None
+            result = read_ack_answer(pending.offer, req)
+            if isinstance(result, AnswerRejected):
+                reason, header = result.call_end_reason, result.reason_header
+                self._end(leg, reason, now, send_bye=True, bye_headers=(header,))
+                return
+            negotiated = result
+        if leg.state == "answered" or negotiated is not None:
             advance(leg, "ack")
-            self._events.append(ev.CallConfirmed(leg.id))
+            self._events.append(ev.CallConfirmed(leg.id, negotiated))
 
     def _on_cancel(
         self, tx: ServerTransaction, target: ServerInviteTransaction | None, now: float
@@ -555,6 +572,17 @@ class UserAgent:
             self._respond(leg.server_tx, 180, now=now, leg=leg)
 
     def answer(self, leg_id: str, sdp: bytes, now: float) -> None:
+        self._answer(leg_id, sdp, None, now)
+
+    def answer_with_offer(self, leg_id: str, offer: SessionDescription, now: float) -> None:
+        """Delayed offer (RFC 3261 §13.2.1): a 200 carrying kefu's ``offer`` to an INVITE that
+        had none. Its ACK must answer it: ``CallConfirmed.negotiated``, or BYE and
+        ``CallEnded`` when it does not."""
+        self._answer(leg_id, bytes(offer), offer, now)
+
+    def _answer(
+        self, leg_id: str, sdp: bytes, offer: SessionDescription | None, now: float
+    ) -> None:
         leg = self._legs.get(leg_id)
         if leg is None or leg.state != "incoming" or leg.server_tx is None or leg.dialog is None:
             return  # cancelled while the application prepared its answer
@@ -568,6 +596,8 @@ class UserAgent:
         leg.dialog.confirm()
         advance(leg, "answer")
         leg.ok = OkRetransmitter(resp, now, self.settings.timers)
+        if offer is not None:
+            leg.pending_offer = PendingOffer(leg.invite.cseq.seq, offer)
         if leg.session_interval:
             leg.session = SessionTimer(leg.session_interval, leg.session_we_refresh, now)
 
@@ -587,6 +617,18 @@ class UserAgent:
         self._finish(leg, now)
 
     def answer_reinvite(self, leg_id: str, sdp: bytes, now: float) -> None:
+        self._answer_reinvite(leg_id, sdp, None, now)
+
+    def answer_reinvite_with_offer(
+        self, leg_id: str, offer: SessionDescription, now: float
+    ) -> None:
+        """An offerless re-INVITE (RFC 3264 §8): our 2xx offers, the ACK answers, as for
+        :meth:`answer_with_offer`."""
+        self._answer_reinvite(leg_id, bytes(offer), offer, now)
+
+    def _answer_reinvite(
+        self, leg_id: str, sdp: bytes, offer: SessionDescription | None, now: float
+    ) -> None:
         leg = self._legs.get(leg_id)
         if leg is None:
             return
@@ -602,6 +644,8 @@ class UserAgent:
         )
         tx.send_response(resp, now)
         leg.ok = OkRetransmitter(resp, now, self.settings.timers)
+        if offer is not None:
+            leg.pending_offer = PendingOffer(req.cseq.seq, offer)
         if leg.state == "confirmed":
             leg.state = "answered"  # wait for this 2xx's ACK too
 
@@ -640,13 +684,21 @@ class UserAgent:
     # --- ending ----------------------------------------------------------------------------
 
     def _end(
-        self, leg: Leg, reason: str, now: float, *, send_bye: bool, notify: bool = True
+        self,
+        leg: Leg,
+        reason: str,
+        now: float,
+        *,
+        send_bye: bool,
+        notify: bool = True,
+        bye_headers: Iterable[tuple[str, str]] = (),
     ) -> None:
         if leg.state == "ended":
             return
         if send_bye and leg.dialog is not None and not leg.dialog.terminated:
             try:
-                self._send_in_dialog(leg, leg.dialog.create_request("BYE"), now)
+                bye = leg.dialog.create_request("BYE", headers=bye_headers)
+                self._send_in_dialog(leg, bye, now)
             except InvalidTransition:
                 pass
         self._finish(leg, now)
@@ -657,6 +709,7 @@ class UserAgent:
         advance(leg, "end")
         leg.ok = None
         leg.session = None
+        leg.pending_offer = None
         if leg.reinvite_tx is not None:
             self._respond(leg.reinvite_tx, 487, now=now, leg=leg)
             leg.reinvite_tx = None

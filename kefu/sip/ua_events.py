@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kefu.sip.message import Request
+from kefu.sip.offer_answer import Negotiated
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +26,8 @@ class Peer:
 
 @dataclass(frozen=True, slots=True)
 class IncomingCall:
-    """A new INVITE passed every check; answer with ``answer()`` or ``reject()``."""
+    """A new INVITE passed every check; answer with ``answer()`` or ``reject()``, or with
+    ``answer_with_offer()`` when it came without an offer."""
 
     leg: str
     invite: Request
@@ -42,6 +44,9 @@ class CallConfirmed:
     """The ACK for our 2xx arrived (RFC 3261 §13.3.1.4)."""
 
     leg: str
+    negotiated: Negotiated | None = None
+    """When our 2xx carried an offer (delayed offer, RFC 3261 §13.2.1; an offerless
+    re-INVITE, RFC 3264 §8): the media the ACK's answer agreed on. None otherwise."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +58,8 @@ class CallCancelled:
 
 @dataclass(frozen=True, slots=True)
 class CallEnded:
-    """The dialog is over: BYE from the peer, no ACK, session expiry, transport failure."""
+    """The dialog is over: BYE from the peer, no ACK, an ACK without a usable answer to our
+    offer (we sent BYE), session expiry, transport failure."""
 
     leg: str
     reason: str
@@ -61,7 +67,8 @@ class CallEnded:
 
 @dataclass(frozen=True, slots=True)
 class ReInvite:
-    """A target-refresh re-INVITE; answer with ``answer_reinvite()`` or ``reject_reinvite()``."""
+    """A target-refresh re-INVITE; answer with ``answer_reinvite()`` or ``reject_reinvite()``
+    (``answer_reinvite_with_offer()`` when it came without an offer)."""
 
     leg: str
     offer: bytes | None

@@ -2,7 +2,9 @@
 
 Leg state table (invariants): ``incoming`` → ``answered`` (2xx sent) → ``confirmed`` (ACK)
 → ``ended``; ``incoming`` → ``ended`` on reject or CANCEL; a re-INVITE's 2xx puts a confirmed
-leg back to ``answered`` until its ACK. ``ended`` is final.
+leg back to ``answered`` until its ACK. ``ended`` is final. A leg whose 2xx carried an offer
+(delayed offer) holds it in ``pending_offer`` while ``answered``; the ACK either answers it
+(``confirmed``) or the leg goes to ``ended`` with a BYE.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from kefu.errors import InvalidTransition
+from kefu.sip.delayed_offer import PendingOffer
 from kefu.sip.dialog import Dialog, OkRetransmitter
 from kefu.sip.message import Headers, Request
 from kefu.sip.refer import ReferSubscription
@@ -81,6 +84,8 @@ class Leg:
     reinvite_tx: ServerTransaction | None = None
     reinvite: Request | None = None
     refer: ReferSubscription | None = None
+    pending_offer: PendingOffer | None = None
+    """The offer our last 2xx carried, until its ACK answers it (delayed offer)."""
     client_txs: dict[ClientTransaction, str] = field(default_factory=dict)
 
 
