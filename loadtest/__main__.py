@@ -86,6 +86,12 @@ def main(argv: list[str] | None = None) -> int:
         sub.add_parser("flood", help="INVITE/garbage floods: legit calls and OPTIONS answered")
     )
 
+    from loadtest import understanding
+
+    understanding.add_arguments(
+        sub.add_parser("understanding", help="dialog answers on spoken-style caller utterances")
+    )
+
     events = sub.add_parser("events", help="call events through the bus to /api/events readers")
     events.add_argument("--readers", default="1,50", help="reader counts, e.g. 1,50")
     events.add_argument("--rate", type=float, default=500.0, help="paced events/s")
@@ -113,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "flood":
         return flood.main(args)
+    if args.command == "understanding":
+        return understanding.main(args)
     if args.command == "webrtc":
         return webrtc.main(args)
     if args.command == "voice":
