@@ -69,11 +69,14 @@ class CallStateConflict(RemoteError):
     not allow it; nothing was changed. ``state`` is the call's current state, ``action`` what
     was asked (the HTTP API answers 409 ``wrong_state`` with both)."""
 
-    def __init__(self, call_id: str, state: str, action: str) -> None:
-        super().__init__(f"call {call_id} is {state}: cannot {action}")
+    def __init__(self, call_id: str, state: str, action: str, *, owner: str | None = None) -> None:
+        held = f" (held by {owner})" if owner else ""
+        super().__init__(f"call {call_id} is {state}{held}: cannot {action}")
         self.call_id = call_id
         self.state = state
         self.action = action
+        self.owner = owner
+        """The human who holds the call, when one does."""
 
 
 class AuthError(RemoteError):

@@ -68,6 +68,12 @@ def main(argv: list[str] | None = None) -> int:
 
     webrtc.add_arguments(sub.add_parser("webrtc", help="one aiortc caller: WAV in, WAV out"))
 
+    from loadtest import agent_client
+
+    agent_client.add_arguments(
+        sub.add_parser("agent", help="an agent takes over a live call: WAV in, WAV out")
+    )
+
     from loadtest import webrtc_load
 
     webrtc_load.add_arguments(
@@ -123,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         return understanding.main(args)
     if args.command == "webrtc":
         return webrtc.main(args)
+    if args.command == "agent":
+        return agent_client.main(args)
     if args.command == "voice":
         return voice.main(args)
     if args.command == "webrtc-load":

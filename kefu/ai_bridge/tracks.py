@@ -31,6 +31,7 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from numpy.typing import NDArray
 
 from kefu.codecs.resample import StreamResampler, resample
+from kefu.rtp.taps import FrameTaps
 
 __all__ = ["OUTPUT_RATE", "BotAudioTrack", "CallerAudioTap", "frame_to_mono_s16"]
 
@@ -83,6 +84,8 @@ class BotAudioTrack(MediaStreamTrack):
         self._pts = 0
         self._anchor: float | None = None
         self._time_base = fractions.Fraction(1, sample_rate)
+        self.taps = FrameTaps()
+        """Extra listeners of what the caller hears from the bot (:mod:`kefu.rtp.taps`)."""
         self.frames_sent = 0
         """Frames handed out, silence included."""
         self.speech_frames = 0
@@ -230,6 +233,8 @@ class BotAudioTrack(MediaStreamTrack):
         self.frames_sent += 1
         if self.on_frame is not None:
             self.on_frame(pcm, self.sample_rate)
+        if self.taps:
+            self.taps.push(frame)
         if marks and self.on_mark is not None:
             for mark in marks:
                 self.on_mark(mark, now)
@@ -238,6 +243,7 @@ class BotAudioTrack(MediaStreamTrack):
     def stop(self) -> None:
         self.flush()
         super().stop()
+        self.taps.stop()
 
 
 def frame_to_mono_s16(frame: av.AudioFrame) -> NDArray[np.int16]:

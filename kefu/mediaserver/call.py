@@ -22,6 +22,7 @@ import structlog
 
 from kefu.ai_bridge.agent import CallAgent
 from kefu.errors import CallStateConflict
+from kefu.mediaserver.agent_room import AgentRoom
 from kefu.mediaserver.bus import EventBus
 from kefu.mediaserver.call_state import (
     TRANSFER_FAILED,
@@ -53,6 +54,8 @@ class Call:
     bus: EventBus
     source: str
     """Where the trunk sent the INVITE from (host:port)."""
+    caller_uri: str = ""
+    """The INVITE's From URI (who is calling, as the trunk says)."""
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
     state: CallState = CallState.RINGING
     created: float = field(default_factory=time.time)
@@ -68,7 +71,12 @@ class Call:
     agent: CallAgent | None = None
     """The AI agent serving the call (media mode ``ai``)."""
     room: Any = None
-    """The WebRTC room participant when the call was put into a room."""
+    """The WebRTC room participant when the call was put into a room (``calls.sip_room``)."""
+    agent_room: AgentRoom | None = None
+    """The room where human agents listen in and take over (:mod:`.agent_room`)."""
+    owner: str | None = None
+    """The human who holds the call while ``human_active``."""
+    _agent_room_opening: asyncio.Future[AgentRoom] | None = None
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
     end_reason: str | None = None
     log: Any = None
@@ -116,16 +124,45 @@ class Call:
         self.apply(TRANSFER_FAILED[origin], f"transfer failed: {status}")
 
     def takeover(self, who: str) -> None:
-        """A human takes the call: the AI's voice is held, ``human_active``."""
-        self.require(CallInput.TAKEOVER, "take over")
+        """A human takes the call: the AI's voice is held, the caller hears the agent room's
+        people (silence without a room), ``human_active``. Exactly one human holds a call: a
+        second takeover is a conflict naming the owner."""
+        if not allowed(self.state, CallInput.TAKEOVER):
+            raise CallStateConflict(self.id, self.state.value, "take over", owner=self.owner)
         self._hold_ai(True)
+        self.owner = who
         self.apply(CallInput.TAKEOVER, f"taken over by {who}")
 
     def handback(self, who: str) -> None:
         """The human gives the call back to the AI: its voice resumes, ``ai_active``."""
         self.require(CallInput.HANDBACK, "hand back")
         self._hold_ai(False)
+        self.owner = None
         self.apply(CallInput.HANDBACK, f"handed back by {who}")
+
+    async def open_agent_room(self, sfu: Any) -> AgentRoom:
+        """The call's agent room, opened once however many agents ask at the same time.
+
+        CallStateConflict unless a human or the AI has the call.
+        """
+        if self.state not in (CallState.AI_ACTIVE, CallState.HUMAN_ACTIVE):
+            raise CallStateConflict(self.id, self.state.value, "listen in", owner=self.owner)
+        if self.agent_room is not None:
+            return self.agent_room
+        if self._agent_room_opening is None:
+            self._agent_room_opening = asyncio.ensure_future(AgentRoom.open(sfu, self))
+        opening = self._agent_room_opening
+        try:
+            room = await asyncio.shield(opening)
+        except Exception:
+            self._agent_room_opening = None
+            raise
+        if self.end_reason is not None:  # the call ended while the room opened
+            self._agent_room_opening = None
+            await room.close()
+            raise CallStateConflict(self.id, self.state.value, "listen in")
+        self.agent_room = room
+        return room
 
     def _hold_ai(self, held: bool) -> None:
         """Hold (or release) the AI agent towards the caller.
@@ -144,7 +181,9 @@ class Call:
         agent.outbound.flush()
         if self.endpoint is None or self.room is not None:
             return
-        if held:
+        if held and self.agent_room is not None:
+            self.endpoint.play(self.agent_room.people)
+        elif held:
             self._held = Silence()
             self.endpoint.play(self._held)
         else:
@@ -171,6 +210,10 @@ class Call:
             "source": self.source,
             "created": self.created,
             "answered": self.answered,
+            "channel": "sip",
+            "caller": self.caller_uri,
+            "room": self.agent_room.room_id if self.agent_room is not None else None,
+            "owner": self.owner,
             "codec": n.codec if n else None,
             "rtp": (
                 {

@@ -79,6 +79,8 @@ class CallLifecycle:
             await _release(call, "agent", call.agent.close)
         if call.room is not None:
             await _release(call, "room", call.room.leave)
+        if call.agent_room is not None:
+            await _release(call, "agent_room", call.agent_room.close)
         ep = call.endpoint
         if ep is not None:
             stats = ep.stats

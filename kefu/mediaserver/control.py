@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from kefu.mediaserver.call_state import CallState
 from kefu.mediaserver.events import event_json
 from kefu.signaling.api_access import TransferAllowList
 from kefu.signaling.events_ws import add_event_routes
@@ -86,10 +87,23 @@ class CallControl:
     def hangup(self, call_id: str) -> None:
         self.server.lifecycle.hangup(self.server.lifecycle.by_id(call_id), "api")
 
-    def takeover(self, call_id: str, who: str = "api") -> None:
-        """A human takes the call from the AI (CallStateConflict unless ``ai_active``)."""
-        self.server.lifecycle.by_id(call_id).takeover(who)
+    async def listen(self, call_id: str, who: str = "api") -> dict[str, Any]:
+        """Open the call's agent room (idempotent) so agents can join it and listen in."""
+        call = self.server.lifecycle.by_id(call_id)
+        room = await call.open_agent_room(self.server.rooms.sfu)
+        return {"room": room.room_id}
 
-    def handback(self, call_id: str, who: str = "api") -> None:
+    async def takeover(self, call_id: str, who: str = "api") -> dict[str, Any]:
+        """A human takes the call from the AI (CallStateConflict unless ``ai_active``): the
+        caller hears the agent room from now on."""
+        call = self.server.lifecycle.by_id(call_id)
+        if call.state is not CallState.AI_ACTIVE:  # refuse before opening anything
+            call.takeover(who)
+        room = await call.open_agent_room(self.server.rooms.sfu)
+        call.takeover(who)  # the state is checked again: of two agents exactly one wins
+        return {"room": room.room_id}
+
+    def handback(self, call_id: str, who: str = "api") -> dict[str, Any]:
         """The human gives the call back to the AI (CallStateConflict unless ``human_active``)."""
         self.server.lifecycle.by_id(call_id).handback(who)
+        return {}

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import structlog
 from aiohttp import web
 
+from kefu.mediaserver.agent_room import AGENT_ROOM_PREFIX
 from kefu.mediaserver.room_workers import RoomWorkers
 from kefu.signaling.relay import ShardRelay
 from kefu.signaling.shards import ShardRouter
@@ -37,6 +38,7 @@ async def start_front(server: KefuServer) -> None:
         router = ShardRouter(
             server.shards,
             pinned=server.sip_rooms,
+            pinned_prefixes=(AGENT_ROOM_PREFIX,),
             resume_grace_s=server.signaling.settings.resume_grace_s + 5.0,
         )
         server.relay = ShardRelay(router, workers.socket_for, workers.key, read_limit=READ_LIMIT)

@@ -222,11 +222,14 @@ class KefuServer:
     def hangup(self, call_id: str) -> None:
         self.control.hangup(call_id)
 
-    def takeover(self, call_id: str, who: str = "api") -> None:
-        self.control.takeover(call_id, who)
+    async def listen(self, call_id: str, who: str = "api") -> dict[str, Any]:
+        return await self.control.listen(call_id, who)
 
-    def handback(self, call_id: str, who: str = "api") -> None:
-        self.control.handback(call_id, who)
+    async def takeover(self, call_id: str, who: str = "api") -> dict[str, Any]:
+        return await self.control.takeover(call_id, who)
+
+    def handback(self, call_id: str, who: str = "api") -> dict[str, Any]:
+        return self.control.handback(call_id, who)
 
     def _http_app(self) -> web.Application:
         return self.control.http_app()

@@ -183,7 +183,13 @@ class SipDispatch:
             self.metrics.calls_total.labels(f"rejected_{reason}").inc()
             log.info("call_rejected", reason=reason, source=event.source)
             return
-        call = Call(event.leg, self.bus, event.source, caller=SipLeg(self.ua, event.leg, self.sip))
+        call = Call(
+            event.leg,
+            self.bus,
+            event.source,
+            caller_uri=str(event.invite.from_.uri),
+            caller=SipLeg(self.ua, event.leg, self.sip),
+        )
         call.received_monotonic = event.received_at
         self.lifecycle.add(call)
         self._unacked.setdefault(host, set()).add(event.leg)

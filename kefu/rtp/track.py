@@ -57,6 +57,7 @@ from kefu.codecs.jitter import JitterBuffer, Playout
 from kefu.codecs.registry import CodecInfo, make_decoder, make_encoder
 from kefu.errors import CodecError
 from kefu.rtp.session import AudioPacket, RtpSession
+from kefu.rtp.taps import FrameTaps
 
 # A consumer more than this many frames late gets the current audio, not the backlog.
 _MAX_CONSUMER_LAG = 3
@@ -82,6 +83,8 @@ class RtpInboundTrack(MediaStreamTrack):
         self.frames_concealed = 0
         self.frames_skipped = 0
         self.decode_errors = 0
+        self.taps = FrameTaps()
+        """Extra listeners of the decoded audio (a listening agent's room); :mod:`kefu.rtp.taps`."""
 
     def _clock(self) -> float:
         if self._clock_fn is None:
@@ -121,9 +124,13 @@ class RtpInboundTrack(MediaStreamTrack):
         super().stop()
         # Wake a recv() parked before the first packet so it can raise MediaStreamError.
         self._started.set()
+        self.taps.stop()
 
     async def recv(self) -> av.AudioFrame:
-        return self._frame(self._pcm_for(await self._next_playout()))
+        frame = self._frame(self._pcm_for(await self._next_playout()))
+        if self.taps:
+            self.taps.push(frame)
+        return frame
 
     async def recv_payload(self) -> bytes | None:
         """The next frame still encoded, on the same clock as :meth:`recv`.

@@ -13,6 +13,7 @@ every transfer and hang-up is logged (``control_action``) with who asked and wha
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -42,8 +43,10 @@ class Control(Protocol):
     def list_calls(self) -> list[dict[str, Any]]: ...
     def transfer(self, call_id: str, target: str | None) -> None: ...
     def hangup(self, call_id: str) -> None: ...
-    def takeover(self, call_id: str, who: str) -> None: ...
-    def handback(self, call_id: str, who: str) -> None: ...
+    # The call-switching operations may be coroutines; a dict result joins the response.
+    def takeover(self, call_id: str, who: str) -> Any: ...
+    def handback(self, call_id: str, who: str) -> Any: ...
+    def listen(self, call_id: str, who: str) -> Any: ...
 
 
 def error_response(status: int, code: str, message: str, **extra: Any) -> web.Response:
@@ -52,7 +55,8 @@ def error_response(status: int, code: str, message: str, **extra: Any) -> web.Re
 
 def wrong_state(exc: CallStateConflict) -> web.Response:
     """409 ``wrong_state`` with the call's current state: the request changed nothing."""
-    return error_response(409, "wrong_state", str(exc), state=exc.state)
+    extra = {"owner": exc.owner} if exc.owner else {}
+    return error_response(409, "wrong_state", str(exc), state=exc.state, **extra)
 
 
 _error = error_response
@@ -190,25 +194,34 @@ def build_app(
             call_id = request.match_info["call_id"]
             who = request[CLAIMS_KEY].user
             try:
-                getattr(control, action)(call_id, who)
+                result = getattr(control, action)(call_id, who)
+                if inspect.isawaitable(result):
+                    result = await result
             except KeyError:
                 audit(request, action, call_id, "unknown_call")
                 return _error(404, "unknown_call", "no such call")
             except CallStateConflict as exc:
-                audit(request, action, call_id, "wrong_state", state=exc.state)
+                audit(request, action, call_id, "wrong_state", state=exc.state, owner=exc.owner)
                 return wrong_state(exc)
             audit(request, action, call_id, "accepted")
-            return web.json_response({"status": status})
+            body = {"status": status} if status else {}
+            return web.json_response({**body, **(result or {})})
 
         return handler
 
     web_root = Path(__file__).resolve().parent.parent / "web"
 
-    async def index(_: web.Request) -> web.StreamResponse:
-        page = web_root / "index.html"
-        if not page.is_file():
-            return _error(404, "no_page", "the caller page is not installed")
-        return web.FileResponse(page)
+    def page(name: str, what: str) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        async def serve(_: web.Request) -> web.StreamResponse:
+            path = web_root / name
+            if not path.is_file():
+                return _error(404, "no_page", f"the {what} is not installed")
+            return web.FileResponse(path)
+
+        return serve
+
+    index = page("index.html", "caller page")
+    workbench = page("agent.html", "agent workbench")
 
     app.router.add_get("/", index)
     if web_root.is_dir():
@@ -221,4 +234,6 @@ def build_app(
     app.router.add_post("/api/calls/{call_id}/hangup", hangup)
     app.router.add_post("/api/calls/{call_id}/takeover", switch("takeover", "human_active"))
     app.router.add_post("/api/calls/{call_id}/handback", switch("handback", "ai_active"))
+    app.router.add_post("/api/calls/{call_id}/listen", switch("listen", ""))
+    app.router.add_get("/agent", workbench)
     return app

@@ -56,6 +56,7 @@ class ShardRouter:
         shards: int,
         *,
         pinned: frozenset[str] = frozenset(),
+        pinned_prefixes: tuple[str, ...] = (),
         resume_grace_s: float = 20.0,
         max_sessions: int = 20_000,
     ) -> None:
@@ -63,6 +64,8 @@ class ShardRouter:
             raise ValueError("ShardRouter needs at least one shard")
         self.shards = shards
         self.pinned = pinned
+        self.pinned_prefixes = pinned_prefixes
+        """Rooms named with one of these (a phone call's agent room) stay in the front too."""
         self.resume_grace_s = resume_grace_s
         self.max_sessions = max_sessions
         # session -> (shard, forget at); the relay's open sessions have no deadline (inf).
@@ -78,6 +81,8 @@ class ShardRouter:
             room = message.get("room")
             if not isinstance(room, str) or room in self.pinned:
                 return FRONT  # the front's hub rejects a malformed join
+            if room.startswith(self.pinned_prefixes):
+                return FRONT
             return shard_of(room, self.shards)
         if kind == "resume":
             session = message.get("session")

@@ -63,7 +63,11 @@ def ask(voice: object):  # noqa: ANN201 - a factory
 @pytest.fixture(scope="module")
 def kefu_ai(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KefuProcess]:
     tmp = tmp_path_factory.mktemp("kefu-ai")
-    env = {**AI, "KEFU_AI_INTERACTION_LOG": str(tmp / "interactions.jsonl")}
+    env = {
+        **AI,
+        "KEFU_AI_INTERACTION_LOG": str(tmp / "interactions.jsonl"),
+        "KEFU_WEBRTC_ICE_HOST_ADDRESSES": "127.0.0.1",  # agents join calls' rooms over WebRTC
+    }
     server = start_kefu(tmp, "--transfer-target", TRANSFER_TARGET, env=env)
     yield server
     server.stop()
@@ -311,3 +315,119 @@ def test_an_events_reader_sees_the_call_the_question_the_answer_and_the_end(
     assert trace["speech_end"] <= trace["asr_final"] <= trace["first_packet"], trace
     assert trace["source"] == "kb" and trace["stages_ms"]["response"] is not None, trace
     assert ended["answered"] is True
+
+
+# -- a human agent takes the call over and hands it back ------------------------------------
+
+AGENT_LINE = "Hello, this is Maria from the service team. I am taking over your call now."
+
+
+def _agent_run(kefu: KefuProcess, secret: str, wav: Path, out: Path, reader: EventsReader) -> None:
+    """Take the live call over once the bot has been answering for a second (mid-answer)."""
+    import subprocess
+    import sys
+    import time
+
+    from kefu.signaling.tokens import mint_token
+
+    for _ in range(300):
+        if any(
+            e["type"] == "transcript.final" and e["speaker"] == "bot" and e["turn_id"] > 0
+            for e in reader.events
+        ):
+            break
+        time.sleep(0.05)
+    time.sleep(1.0)
+    token = mint_token(secret, "maria", "agent")
+    cmd = [
+        sys.executable,
+        "-m",
+        "loadtest",
+        "agent",
+        "--target",
+        kefu.http,
+        "--first",
+        "--wav",
+        str(wav),
+        "--record",
+        str(out.with_suffix(".wav")),
+        "--listen-s",
+        "0.3",
+        "--hand-back",
+        "--token",
+        token,
+        "--json",
+        str(out),
+    ]
+    subprocess.run(cmd, timeout=90, check=False, capture_output=True)
+
+
+def test_an_agent_takes_over_mid_answer_is_heard_alone_and_hands_back(
+    kefu_ai: KefuProcess, ask: Any, asr: Any, voice: object, tmp_path: Path
+) -> None:
+    import threading
+
+    import numpy as np
+    import soxr
+
+    from kefu.ai_bridge.listen.heldout import speak, write_wav
+
+    secret = (kefu_ai.log_path.parent / "state" / "jwt-secret").read_text().strip()
+    line = speak(voice, AGENT_LINE, noise_scale=0, noise_w_scale=0)
+    wav = tmp_path / "agent.wav"  # the agent's words, then 6 s of listening before hand-back
+    write_wav(wav, np.concatenate([line, np.zeros(16000 * 6, np.int16)]))
+    hours, thanks, delivery = (
+        ask("What are your opening hours?"),
+        ask("Thank you Maria, that is very helpful."),
+        ask("How long does delivery take?"),
+    )
+    # The bot answers the hours from ~3.5 s; the agent cuts in a second later, speaks ~4.5 s,
+    # listens to the caller's thanks and hands back ~16 s in; then the caller asks again.
+    script = build_script([hours, thanks, delivery], at=[1.0, 11.5, 21.0], tail_s=9.0)
+    out = tmp_path / "agent.json"
+    with EventsReader(kefu_ai.http, secret) as reader:
+        agent = threading.Thread(
+            target=_agent_run, args=(kefu_ai, secret, wav, out, reader), daemon=True
+        )
+        agent.start()
+        [heard] = run_sip(kefu_ai.sip, [script], tmp_path)
+        agent.join(60)
+    assert heard.ok, heard.error
+    result = json.loads(out.read_text())
+    assert result["ok"], result
+    assert result["takeover_status"] == 200 and result["handback_status"] == 200, result
+    took, back = float(result["t_ack"]), float(result["t_handback_ack"])
+
+    # Before the takeover the caller heard the bot start its answer; from the takeover to the
+    # hand-back only the agent: Maria's words and none of the bot's answer.
+    asked = heard.speech_ends[0]
+    assert asked is not None
+    before = words(asr.transcribe_sync(heard.reply_between(asked, took)).text)
+    during = words(asr.transcribe_sync(heard.reply_between(took, back)).text)
+    assert "open" in before or "monday" in before, before
+    assert "maria" in during and "service team" in during, during
+    assert not any(w in during for w in ("monday", "friday", "saturday", "sunday")), during
+    # The agent heard the caller thank them (the phone participant of the call's room).
+    pcm48 = _read_wav48(out.with_suffix(".wav"))
+    agent_heard = words(
+        asr.transcribe_sync(soxr.resample(pcm48, 48000, 16000).astype(np.int16)).text
+    )
+    assert "thank you" in agent_heard, agent_heard
+
+    # After the hand-back the AI answers the next question, and only once the caller asked.
+    turns = replies([heard], asr)
+    assert "business days" in turns[2]["reply_text"], turns[2]
+    assert heard.speech_starts[2] is not None
+    assert not heard.voiced_within(back + 1.0, heard.speech_starts[2]), "the AI spoke first"
+    states = [(c["old"], c["new"]) for c in result["state_changes"]]
+    assert ("ai_active", "human_active") in states and ("human_active", "ai_active") in states
+
+
+def _read_wav48(path: Path) -> Any:
+    import wave
+
+    import numpy as np
+
+    with wave.open(str(path), "rb") as w:
+        assert w.getframerate() == 48000, w.getframerate()
+        return np.frombuffer(w.readframes(w.getnframes()), dtype="<i2").astype(np.int16)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -59,15 +60,26 @@ class FakeControl:
     def _switch(self, call_id: str, action: str, want: str, to: str, who: str) -> None:
         call = self.calls[call_id]  # KeyError: unknown call
         if call["state"] != want:
-            raise CallStateConflict(call_id, call["state"], action)
+            raise CallStateConflict(call_id, call["state"], action, owner=call.get("owner"))
         call["state"] = to
+        call["owner"] = who if to == "human_active" else None
         self.switches.append((action, call_id, who))
 
-    def takeover(self, call_id: str, who: str) -> None:
-        self._switch(call_id, "takeover", "ai_active", "human_active", who)
+    async def listen(self, call_id: str, who: str) -> dict[str, Any]:
+        call = self.calls[call_id]
+        if call["state"] not in ("ai_active", "human_active"):
+            raise CallStateConflict(call_id, call["state"], "listen in")
+        self.switches.append(("listen", call_id, who))
+        return {"room": f"call:{call_id}"}
 
-    def handback(self, call_id: str, who: str) -> None:
+    async def takeover(self, call_id: str, who: str) -> dict[str, Any]:
+        await asyncio.sleep(0)  # the real one opens the call's room first
+        self._switch(call_id, "takeover", "ai_active", "human_active", who)
+        return {"room": f"call:{call_id}"}
+
+    def handback(self, call_id: str, who: str) -> dict[str, Any]:
         self._switch(call_id, "handback", "human_active", "ai_active", who)
+        return {}
 
 
 @pytest.fixture
@@ -268,14 +280,47 @@ def test_a_bad_allow_list_stops_start_up_naming_the_key() -> None:
 
 async def test_takeover_and_handback_move_the_call_and_name_who_did_it(client) -> None:
     resp = await client.post("/api/calls/c1/takeover", headers=bearer("agent", "ann"))
-    assert resp.status == 200 and (await resp.json()) == {"status": "human_active"}
+    assert resp.status == 200
+    assert (await resp.json()) == {"status": "human_active", "room": "call:c1"}
     again = await client.post("/api/calls/c1/takeover", headers=bearer("agent", "bob"))
     assert again.status == 409
     body = await again.json()
     assert body["error"]["code"] == "wrong_state" and body["error"]["state"] == "human_active"
+    assert body["error"]["owner"] == "ann" and "held by ann" in body["error"]["message"]
     back = await client.post("/api/calls/c1/handback", headers=bearer("supervisor", "sue"))
     assert back.status == 200 and (await back.json()) == {"status": "ai_active"}
     assert client.control.switches == [("takeover", "c1", "ann"), ("handback", "c1", "sue")]
+
+
+async def test_two_agents_taking_one_call_at_once_exactly_one_wins(client) -> None:
+    results = await asyncio.gather(
+        *(
+            client.post("/api/calls/c1/takeover", headers=bearer("agent", who))
+            for who in ("ann", "bob", "cid")
+        )
+    )
+    statuses = sorted(r.status for r in results)
+    assert statuses == [200, 409, 409]
+    owner = client.control.calls["c1"]["owner"]
+    for r in results:
+        if r.status == 409:
+            assert (await r.json())["error"]["owner"] == owner
+
+
+async def test_listen_gives_the_calls_room_and_refuses_calls_without_media(client) -> None:
+    resp = await client.post("/api/calls/c1/listen", headers=bearer("supervisor", "sue"))
+    assert resp.status == 200 and (await resp.json()) == {"room": "call:c1"}
+    busy = await client.post("/api/calls/c2/listen", headers=bearer("agent", "ann"))
+    assert busy.status == 409 and (await busy.json())["error"]["state"] == "transferring"
+    assert (await client.post("/api/calls/c1/listen", headers=bearer("customer"))).status == 403
+    assert (await client.post("/api/calls/c1/listen")).status == 401
+    assert client.control.switches == [("listen", "c1", "sue")]
+
+
+async def test_the_workbench_page_is_served_without_a_token(client) -> None:
+    resp = await client.get("/agent")
+    assert resp.status == 200 and "text/html" in resp.headers["Content-Type"]
+    assert "agent.js" in await resp.text()
 
 
 @pytest.mark.parametrize(

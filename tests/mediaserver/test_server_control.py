@@ -146,10 +146,17 @@ async def test_takeover_then_a_refused_transfer_returns_the_call_to_the_human(
     with pytest.raises(CallStateConflict) as info:
         server.handback(call.id)  # the AI has it already
     assert info.value.state == "ai_active" and call.state is CallState.AI_ACTIVE
-    server.takeover(call.id, "bob")
-    assert call.state is CallState.HUMAN_ACTIVE
-    with pytest.raises(CallStateConflict):
-        server.takeover(call.id, "sue")
+    assert await server.takeover(call.id, "bob") == {"room": f"call:{call.id}"}
+    assert call.state is CallState.HUMAN_ACTIVE and call.owner == "bob"
+    with pytest.raises(CallStateConflict) as info:
+        await server.takeover(call.id, "sue")
+    assert info.value.owner == "bob" and call.owner == "bob"
+    summary = server.list_calls()[0]
+    assert (summary["room"], summary["owner"], summary["channel"]) == (
+        f"call:{call.id}",
+        "bob",
+        "sip",
+    )
     server.transfer(call.id, "sip:queue@vcc")
     assert call.state is CallState.TRANSFERRING
     with pytest.raises(CallStateConflict) as info:

@@ -48,6 +48,14 @@ def test_join_goes_to_the_rooms_shard_pinned_rooms_to_the_front() -> None:
     assert router.route(join("sip"), 0.0) == FRONT
 
 
+def test_phone_calls_agent_rooms_live_in_the_front() -> None:
+    router = ShardRouter(4, pinned_prefixes=("call:",))
+    calls = [f"call:{i:016x}" for i in range(40)]
+    assert {shard_of(c, 4) for c in calls} != {FRONT}  # a hash would spread them
+    assert {router.route(join(c), 0.0) for c in calls} == {FRONT}
+    assert router.route(join("callcenter"), 0.0) == shard_of("callcenter", 4)
+
+
 @pytest.mark.parametrize(
     "message",
     ["not json", b"\xff\xfe", "[1, 2]", '{"type": "offer", "sdp": "v=0"}', '{"type": "ping"}'],

@@ -1,0 +1,223 @@
+// The agent workbench's pure logic (kefu/web/workbench.js): `node --test tests/web/`.
+//
+// workbench.js is a browser ES module in a package without "type": "module"; it is loaded
+// from a data: URL so that every Node version takes it as a module (it imports nothing).
+
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+
+const source = readFileSync(new URL("../../kefu/web/workbench.js", import.meta.url), "utf8");
+const wb = await import(`data:text/javascript;charset=utf-8,${encodeURIComponent(source)}`);
+const { CallBook, ClockSkew, allowedActions, apiErrorText, callDuration, callerDisplay, decodeJwtPayload,
+  describeToken, formatDuration, stateLabel, transferStatusText } = wb;
+
+function jwt(claims) {
+  const b64 = (obj) => Buffer.from(JSON.stringify(obj)).toString("base64url");
+  return `${b64({ alg: "HS256", typ: "JWT" })}.${b64(claims)}.c2lnbmF0dXJl`;
+}
+
+const summary = (over = {}) => ({
+  call_id: "c1", state: "ai_active", channel: "sip", source: "udp:192.0.2.7:5060",
+  caller: "sip:alice@example.com", created: 1000, answered: 1001, codec: "PCMU", rtp: null,
+  room: null, owner: null, ...over,
+});
+
+test("tokens: staff tokens pass, customer and broken ones explain why", () => {
+  const agent = describeToken(jwt({ sub: "bob", role: "agent", exp: 2000 }), 1000);
+  assert.equal(agent.ok, true);
+  assert.equal(agent.sub, "bob");
+  assert.equal(agent.role, "agent");
+  assert.equal(describeToken(jwt({ sub: "sue", role: "supervisor", exp: 2000 }), 1000).ok, true);
+
+  const customer = describeToken(jwt({ sub: "alice", role: "customer", exp: 2000 }), 1000);
+  assert.equal(customer.ok, false);
+  assert.equal(customer.problem, "customer");
+  assert.match(customer.message, /customer token/);
+
+  assert.equal(describeToken(jwt({ sub: "bob", role: "agent", exp: 10 }), 1000).problem, "expired");
+  assert.equal(describeToken(jwt({ sub: "x", role: "root" }), 1000).problem, "role");
+  assert.equal(describeToken("not a token", 1000).problem, "malformed");
+  assert.equal(describeToken("a.!!!.c", 1000).problem, "malformed");
+  // UTF-8 names survive the base64url decoding.
+  assert.equal(decodeJwtPayload(jwt({ sub: "客服小王", role: "agent" })).sub, "客服小王");
+});
+
+test("labels and durations", () => {
+  assert.equal(stateLabel({ state: "ai_active" }), "AI");
+  assert.equal(stateLabel({ state: "human_active", owner: "bob" }), "Human (bob)");
+  assert.equal(stateLabel({ state: "transferring" }), "Transferring");
+  assert.equal(stateLabel({ state: "ringing" }), "Waiting");
+  assert.equal(stateLabel({ state: "ai_active", ended: { reason: "bye" } }), "Ended");
+  assert.equal(formatDuration(0), "0:00");
+  assert.equal(formatDuration(65.9), "1:05");
+  assert.equal(formatDuration(3725), "1:02:05");
+  assert.equal(formatDuration(-3), "0:00");
+  assert.equal(callDuration({ created: 100, answered: 110 }, 130), 20);
+  assert.equal(callDuration({ created: 100, answered: null }, 130), 30);
+  assert.equal(callDuration({ created: 100, answered: 110, ended: { at: 115 } }, 130), 5);
+  assert.equal(callerDisplay('"Alice \\"A\\"" <sip:alice@example.com>;tag=9'), 'Alice "A"');
+  assert.equal(callerDisplay("Bob <sip:bob@example.com>"), "Bob");
+  assert.equal(callerDisplay("<sip:+4930123@trunk.example;user=phone>;tag=x"), "+4930123@trunk.example");
+  assert.equal(callerDisplay("sip:carol@example.com"), "carol@example.com");
+  assert.equal(callerDisplay(""), "");
+  assert.equal(transferStatusText(180), "180 ringing");
+  assert.equal(transferStatusText(200), "200 transferred");
+  assert.equal(transferStatusText(486), "486 failed");
+});
+
+test("API errors read as sentences; a takeover conflict names the owner", () => {
+  const conflict = { error: { code: "wrong_state", state: "human_active", owner: "carol", message: "x" } };
+  assert.equal(apiErrorText("Taking over", 409, conflict, "bob"), "Already taken by carol.");
+  assert.equal(apiErrorText("Taking over", 409, conflict, "carol"), "You already hold this call.");
+  assert.match(apiErrorText("Handing back", 409, { error: { code: "wrong_state", state: "ai_active" } }),
+    /while the call is AI/);
+  assert.match(apiErrorText("x", 401, { error: { code: "unauthorized" } }), /invalid or has expired/);
+  assert.match(apiErrorText("x", 403, { error: { code: "forbidden" } }), /customer tokens cannot/);
+  assert.match(apiErrorText("Transferring", 403, { error: { code: "target_not_allowed" } }), /allow-list/);
+  assert.match(apiErrorText("x", 404, null), /HTTP 404/);
+  assert.match(apiErrorText("Listening in", 0, null), /cannot be reached/);
+});
+
+test("what each state allows", () => {
+  const ctx = { user: "bob", role: "agent", media: null, busy: null };
+  const ai = allowedActions({ call_id: "c1", state: "ai_active" }, ctx);
+  assert.deepEqual(ai, { listen: true, takeover: true, handback: false, transfer: true, hangup: true, leave: false });
+
+  const mine = allowedActions({ call_id: "c1", state: "human_active", owner: "bob" },
+    { ...ctx, media: { callId: "c1", state: "in-call" } });
+  assert.deepEqual(mine, { listen: false, takeover: false, handback: true, transfer: true, hangup: true, leave: true });
+
+  const theirs = allowedActions({ call_id: "c1", state: "human_active", owner: "carol" }, ctx);
+  assert.equal(theirs.handback, false);
+  assert.equal(theirs.takeover, false);
+  assert.equal(theirs.listen, true);
+  assert.equal(allowedActions({ call_id: "c1", state: "human_active", owner: "carol" },
+    { ...ctx, role: "supervisor" }).handback, true);
+
+  const ringing = allowedActions({ call_id: "c1", state: "ringing" }, ctx);
+  assert.equal(ringing.listen, false);
+  assert.equal(ringing.takeover, false);
+  assert.equal(ringing.hangup, true);
+
+  const ended = allowedActions({ call_id: "c1", state: "ended", ended: { reason: "bye" } }, ctx);
+  assert.equal(Object.values(ended).some(Boolean), false);
+  const busy = allowedActions({ call_id: "c1", state: "ai_active" }, { ...ctx, busy: "taking over" });
+  assert.equal(busy.takeover || busy.hangup || busy.listen, false);
+});
+
+test("snapshots add calls and end the ones that disappear", () => {
+  const book = new CallBook();
+  let r = book.applySnapshot([summary(), summary({ call_id: "c2", state: "ringing", answered: null })], 1010);
+  assert.deepEqual(r.added, ["c1", "c2"]);
+  assert.equal(book.get("c1").caller, "sip:alice@example.com");
+  r = book.applySnapshot([summary({ state: "human_active", owner: "bob" })], 1020);
+  assert.deepEqual(r.ended, ["c2"]);
+  assert.equal(book.get("c2").ended.reason, "gone");
+  assert.equal(stateLabel(book.get("c1")), "Human (bob)");
+  // Ended calls linger, then leave; the selected one stays.
+  assert.deepEqual(book.prune(1025), []);
+  assert.deepEqual(book.prune(1031, "c2"), []);
+  assert.deepEqual(book.prune(1031), ["c2"]);
+  assert.deepEqual(book.list().map((c) => c.call_id), ["c1"]);
+});
+
+test("a state an event set after the snapshot was requested wins over the snapshot", () => {
+  const book = new CallBook();
+  book.applySnapshot([summary()], 1010);
+  book.applyEvent({ v: 1, type: "call.state_changed", call_id: "c1", at: 1012, old: "ai_active",
+    new: "human_active", reason: "taken over by bob" }, 1012);
+  assert.equal(stateLabel(book.get("c1")), "Human (bob)");
+  book.applySnapshot([summary({ state: "ai_active" })], 1013, 1011); // requested before the event
+  assert.equal(book.get("c1").state, "human_active");
+  book.applySnapshot([summary({ state: "human_active", owner: "bob" })], 1015, 1014);
+  assert.equal(book.get("c1").owner, "bob");
+});
+
+test("events build the transcript, the co-pilot, intents and alerts", () => {
+  const book = new CallBook();
+  const ev = (type, at, fields) => book.applyEvent({ v: 1, type, call_id: "c9", at, ...fields }, at);
+  let r = ev("call.started", 100, { kind: "sip", source: "udp:192.0.2.7:5060" });
+  assert.equal(r.created, true);
+  assert.equal(book.get("c9").state, "ringing");
+  ev("call.state_changed", 100.5, { old: "ringing", new: "ai_active", reason: "answered" });
+  assert.equal(book.get("c9").answered, 100.5);
+  ev("transcript.final", 101, { turn_id: 0, speaker: "bot", text: "Hello, how can I help?", lang: "en" });
+  ev("transcript.final", 105, { turn_id: 1, speaker: "caller", text: "where is my order", lang: "en" });
+  ev("transcript.final", 105.6, { turn_id: 1, speaker: "bot", text: "It ships within two days.", lang: "en" });
+  ev("turn.trace", 105.8, { turn_id: 1, transcript: "where is my order", intent: "order_status",
+    source: "kb", answer_text: "It ships within two days.", barge_in: false, lang: "en" });
+  const call = book.get("c9");
+  assert.equal(call.lastIntent, "order_status");
+  const speech = call.lines.filter((l) => l.kind === "speech");
+  assert.deepEqual(speech.map((l) => [l.speaker, l.text]), [
+    ["bot", "Hello, how can I help?"], ["caller", "where is my order"], ["bot", "It ships within two days."]]);
+  assert.equal(speech[2].source, "kb");          // the trace annotates the bot's answer of its turn
+  assert.equal(speech[2].intent, "order_status");
+  assert.equal(speech[0].source, undefined);
+  assert.deepEqual(call.copilot.map((t) => t.answer_text), ["It ships within two days."]);
+
+  // A trace that comes before the bot's line annotates it on arrival.
+  ev("turn.trace", 110, { turn_id: 2, transcript: "refund", intent: "refund", source: "llm", answer_text: "Sure." });
+  ev("transcript.final", 110.1, { turn_id: 2, speaker: "bot", text: "Sure." });
+  assert.equal(call.lines.at(-1).source, "llm");
+
+  ev("handoff.requested", 111, { reason: "caller asked", detail: "handoff" });
+  assert.equal(call.alert.reason, "caller asked");
+  assert.match(call.lines.at(-1).text, /caller asked for a human/);
+  ev("call.state_changed", 112, { old: "ai_active", new: "human_active", reason: "taken over by dana" });
+  assert.equal(call.alert, null);
+  assert.equal(call.owner, "dana");
+  ev("call.transfer_progress", 113, { target: "sip:queue@vcc.example", status: 180 });
+  assert.match(call.lines.at(-1).text, /sip:queue@vcc.example: 180 ringing/);
+  r = ev("call.ended", 115, { reason: "bye", answered: true });
+  assert.equal(r.ended, true);
+  assert.equal(call.state, "ended");
+  assert.equal(callDuration(call, 200), 115 - 100.5);
+  // Unknown event types and events for an ended call do not throw.
+  ev("transcript.partial", 116, { turn_id: 3, speaker: "caller", text: "he" });
+  ev("call.state_changed", 117, { old: "ended", new: "ai_active" });
+  assert.equal(call.state, "ended");
+});
+
+test("events.dropped counts and notes the gap in every live call", () => {
+  const book = new CallBook();
+  book.applySnapshot([summary(), summary({ call_id: "c2" })], 1000);
+  const r = book.applyEvent({ v: 1, type: "events.dropped", count: 117, at: 1001 }, 1001);
+  assert.equal(r.dropped, 117);
+  assert.equal(book.dropped, 117);
+  for (const id of ["c1", "c2"]) assert.equal(book.get(id).lines.at(-1).text, "117 events missed");
+  assert.equal(book.applyEvent({ v: 1, type: "events.subscribed", call_ids: null }, 1002), null);
+});
+
+test("an event-only call (a browser caller's room) becomes active with its first turn", () => {
+  const book = new CallBook();
+  book.applyEvent({ v: 1, type: "call.started", call_id: "room:web-1", at: 50, kind: "webrtc", source: "web-1" }, 50);
+  book.applyEvent({ v: 1, type: "transcript.final", call_id: "room:web-1", at: 52, turn_id: 1, speaker: "caller", text: "hi" }, 52);
+  const call = book.get("room:web-1");
+  assert.equal(call.state, "ai_active");
+  assert.equal(call.channel, "webrtc");
+  // Not in the API's list: a snapshot does not end it, silence for staleS prunes it.
+  book.applySnapshot([], 60);
+  assert.equal(call.ended, null);
+  assert.deepEqual(book.prune(60 + 901), ["room:web-1"]);
+});
+
+test("the transcript is bounded", () => {
+  const book = new CallBook({ maxLines: 10 });
+  for (let i = 0; i < 25; i++) {
+    book.applyEvent({ v: 1, type: "transcript.final", call_id: "c1", at: i, turn_id: i, speaker: "caller", text: `t${i}` }, i);
+  }
+  const lines = book.get("c1").lines;
+  assert.equal(lines.length, 10);
+  assert.equal(lines.at(-1).text, "t24");
+  assert.equal(new Set(lines.map((l) => l.key)).size, 10);
+});
+
+test("the clock skew takes the least-delayed sample", () => {
+  const skew = new ClockSkew(4);
+  skew.sample(1005.0, 1000.3); // 0.3 s in flight
+  skew.sample(1010.0, 1005.05);
+  assert.ok(Math.abs(skew.offset - 4.95) < 1e-9);
+  assert.ok(Math.abs(skew.now(2000) - 2004.95) < 1e-9);
+});
