@@ -140,7 +140,7 @@ class Call:
         self.owner = None
         self.apply(CallInput.HANDBACK, f"handed back by {who}")
 
-    async def open_agent_room(self, sfu: Any) -> AgentRoom:
+    async def open_agent_room(self, sfu: Any, *, grace_s: float = 10.0) -> AgentRoom:
         """The call's agent room, opened once however many agents ask at the same time.
 
         CallStateConflict unless a human or the AI has the call.
@@ -150,10 +150,10 @@ class Call:
         if self.agent_room is not None:
             return self.agent_room
         if self._agent_room_opening is None:
-            self._agent_room_opening = asyncio.ensure_future(AgentRoom.open(sfu, self))
-        opening = self._agent_room_opening
+            coro = AgentRoom.open(sfu, self, grace_s=grace_s)
+            self._agent_room_opening = asyncio.ensure_future(coro)
         try:
-            room = await asyncio.shield(opening)
+            room = await asyncio.shield(self._agent_room_opening)
         except Exception:
             self._agent_room_opening = None
             raise

@@ -128,6 +128,13 @@ class CallsConfig:
     media_mode: str = "ai"
     prompt_wav: str | None = None
     """WAV played first in ``prompt`` mode; a built-in tone is used when unset."""
+    agent_wait_s: float = 60.0
+    """A caller who asked for a human waits this long for an agent on the workbench (the AI
+    keeps helping meanwhile), then is REFERred to ``sip.transfer_target`` if set. With no
+    agent signed in the REFER is at once. 0: never wait."""
+    agent_grace_s: float = 10.0
+    """The agent holding a call vanished (browser closed, network lost): after this long with
+    no agent in the call's room, the call goes back to the AI, which tells the caller."""
     transfer_allow: tuple[str, ...] = ()
     """Where ``POST /api/calls/{id}/transfer`` may REFER a caller: exact URIs
     (``sip:queue@vcc.example``, ``tel:+861012345``) or ``sip:*@HOST[:PORT]``; anything else

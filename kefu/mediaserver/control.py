@@ -17,7 +17,7 @@ from aiohttp import web
 from kefu.mediaserver.call_state import CallState
 from kefu.mediaserver.events import event_json
 from kefu.signaling.api_access import TransferAllowList
-from kefu.signaling.events_ws import add_event_routes
+from kefu.signaling.events_ws import EventStream, add_event_routes
 from kefu.signaling.http import build_app
 
 if TYPE_CHECKING:
@@ -29,6 +29,7 @@ class CallControl:
 
     def __init__(self, server: KefuServer) -> None:
         self.server = server
+        self.events: EventStream | None = None
 
     def ready(self) -> tuple[bool, dict[str, Any]]:
         s = self.server
@@ -72,13 +73,21 @@ class CallControl:
             s.config.calls.transfer_allow, default=s.config.sip.transfer_target
         )
         app = build_app(self, auth=s.signaling.auth, transfer_allow=allow)
-        add_event_routes(app, s.bus, event_json, s.signaling.auth)
+        self.events = add_event_routes(app, s.bus, event_json, s.signaling.auth)
         return app
+
+    def agents_online(self) -> int:
+        """Agents and supervisors with a workbench open (reading ``/api/events``) here."""
+        return self.events.agents_online() if self.events is not None else 0
 
     # --- calls -------------------------------------------------------------------------------
 
     def list_calls(self) -> list[dict[str, Any]]:
-        return [call.summary() for call in self.server.calls.values()]
+        queue = self.server.agent_queue
+        return [
+            {**call.summary(), "waiting_since": queue.since(call.id)}
+            for call in self.server.calls.values()
+        ]
 
     def transfer(self, call_id: str, target: str | None) -> None:
         """REFER the call (ValueError: bad target; CallStateConflict: wrong state)."""
@@ -90,7 +99,9 @@ class CallControl:
     async def listen(self, call_id: str, who: str = "api") -> dict[str, Any]:
         """Open the call's agent room (idempotent) so agents can join it and listen in."""
         call = self.server.lifecycle.by_id(call_id)
-        room = await call.open_agent_room(self.server.rooms.sfu)
+        room = await call.open_agent_room(
+            self.server.rooms.sfu, grace_s=self.server.config.calls.agent_grace_s
+        )
         return {"room": room.room_id}
 
     async def takeover(self, call_id: str, who: str = "api") -> dict[str, Any]:
@@ -99,7 +110,9 @@ class CallControl:
         call = self.server.lifecycle.by_id(call_id)
         if call.state is not CallState.AI_ACTIVE:  # refuse before opening anything
             call.takeover(who)
-        room = await call.open_agent_room(self.server.rooms.sfu)
+        room = await call.open_agent_room(
+            self.server.rooms.sfu, grace_s=self.server.config.calls.agent_grace_s
+        )
         call.takeover(who)  # the state is checked again: of two agents exactly one wins
         return {"room": room.room_id}
 

@@ -69,6 +69,19 @@ class TransferProgress(CallEvent):
 
 
 @dataclass(frozen=True, slots=True)
+class AgentWait(CallEvent):
+    waiting: bool
+    """True: the call now waits for a human agent; False: it stopped waiting."""
+    reason: str
+    """Why a human was asked for (``caller asked``, ``ai unavailable``, ``ai error``)."""
+    position: int
+    """Its place in the queue when it began waiting (1: first); 0 once it stopped."""
+    outcome: str
+    """How the wait ended: ``taken`` (an agent took over), ``timeout`` (the wait limit: the
+    fallback runs), ``ended`` (the caller hung up); "" while waiting."""
+
+
+@dataclass(frozen=True, slots=True)
 class CallEnded(CallEvent):
     reason: str
     """Why (``bye``, ``api``, ``transferred``, ``max_call_seconds``, ``rejected 503``...)."""
@@ -104,6 +117,7 @@ EVENT_TYPES: dict[type, EventType] = {
     CallStateChanged: EventType("call.state_changed"),
     DtmfReceived: EventType("call.dtmf"),
     TransferProgress: EventType("call.transfer_progress"),
+    AgentWait: EventType("call.agent_wait"),
     CallEnded: EventType("call.ended"),
     Utterance: EventType("transcript.final", loop_times=("at",)),
     BargeIn: EventType(

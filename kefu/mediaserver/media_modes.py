@@ -43,7 +43,7 @@ class MediaModes:
         bus: EventBus,
         rooms: RoomService,
         *,
-        on_handoff: Callable[[Call], None],
+        on_handoff: Callable[[Call, str], None],
     ) -> None:
         self.config = config
         self.metrics = metrics
@@ -126,4 +126,4 @@ class MediaModes:
         self.bus.publish(event)
         if isinstance(event, HandoffRequested):
             call.log.info("handoff_requested", reason=event.reason, detail=event.detail)
-            self.on_handoff(call)
+            self.on_handoff(call, event.reason)

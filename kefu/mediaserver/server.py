@@ -30,6 +30,7 @@ import structlog
 from aiohttp import web
 
 from kefu.ai_bridge.services import AiServices
+from kefu.mediaserver.agent_queue import AgentQueue
 from kefu.mediaserver.bus import EventBus
 from kefu.mediaserver.call import Call
 from kefu.mediaserver.calls import CallLifecycle
@@ -119,6 +120,13 @@ class KefuServer:
         )
         self.ua = self.dispatch.ua
         self.sip = self.dispatch.sip
+        self.agent_queue = AgentQueue(
+            self.bus.publish,
+            agents_online=self.control.agents_online,
+            wait_s=config.calls.agent_wait_s,
+            fallback=self.dispatch.handoff,
+        )
+        self.bus.attach(self.agent_queue.read)
 
     # --- what tests, the CLI and the control surface read -------------------------------------
 
@@ -152,8 +160,9 @@ class KefuServer:
         """Run a task owned by the server (cancelled at stop; a failure is logged)."""
         return self.tasks.spawn(coro, name)
 
-    def _handoff(self, call: Call) -> None:
-        self.dispatch.handoff(call)
+    def _handoff(self, call: Call, reason: str) -> None:
+        """The AI asked for a human: wait for an agent on the workbench, else transfer."""
+        self.agent_queue.request(call, reason)
 
     # --- life cycle --------------------------------------------------------------------------
 
@@ -182,6 +191,7 @@ class KefuServer:
 
     async def stop(self) -> None:
         await self.lifecycle.end_all("shutdown")
+        self.agent_queue.close()
         await self.sip.close()
         if self.room_workers is not None:
             # Workers first: their hubs say bye (shutdown) through the relays still open.

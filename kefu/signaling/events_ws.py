@@ -196,6 +196,10 @@ class EventStream:
         self._closed = False
         self._warned: set[type] = set()
 
+    def agents_online(self) -> int:
+        """Readers signed in as an agent or supervisor (the workbenches open on this node)."""
+        return sum(1 for r in self.readers if r.claims.role in ("agent", "supervisor"))
+
     def _warn_unknown(self, event: object) -> None:
         if type(event) not in self._warned:
             self._warned.add(type(event))

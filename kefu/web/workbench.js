@@ -8,7 +8,7 @@
 export const STAFF_ROLES = new Set(["agent", "supervisor", "admin"]);
 
 const STATE_LABELS = {
-  ringing: "Waiting",
+  ringing: "Ringing",
   dialing: "Dialing",
   ai_active: "AI",
   human_active: "Human",
@@ -83,6 +83,7 @@ export function stateLabel(call) {
   if (!call.state) return "Unknown";
   const label = STATE_LABELS[call.state] || call.state;
   if (call.state === "human_active" && call.owner) return `${label} (${call.owner})`;
+  if (call.state === "ai_active" && call.waiting_since) return "Waiting for an agent";
   return label;
 }
 
@@ -230,7 +231,7 @@ export class ClockSkew {
 // --- the call list --------------------------------------------------------------------------
 
 const SUMMARY_DEFAULTS = { channel: "", source: "", caller: "", created: null, answered: null,
-  codec: null, room: null, rtp: null };
+  codec: null, room: null, rtp: null, waiting_since: null };
 
 /** Every call the page knows of: the API's snapshots merged with the event stream. */
 export class CallBook {
@@ -399,6 +400,10 @@ export class CallBook {
         this._line(call, { kind: "system", alert: true, text: `${who}${ev.reason && ev.reason !== "caller asked" ? ` (${ev.reason})` : ""}`, at });
         break;
       }
+      case "call.agent_wait":
+        call.waiting_since = ev.waiting ? (call.waiting_since ?? at) : null;
+        if (ev.waiting) this._line(call, { kind: "system", alert: true, text: `Waiting for an agent (${ev.reason || "asked"}), #${ev.position ?? "?"} in the queue`, at });
+        break;
       case "call.transfer_progress": {
         const p = { target: ev.target ?? "", status: ev.status ?? null, at };
         call.transfer.push(p);
@@ -432,12 +437,12 @@ export class CallBook {
     return removed;
   }
 
-  /** The calls for the list: live ones, oldest first, then the ended ones still lingering.
-   *  (A stable order: an alert does not move a row, so keyboard focus in the list stays put.) */
+  /** The calls for the list: those waiting for an agent first (longest wait first), then the
+   *  other live ones, oldest first, then the ended ones still lingering. */
   list() {
     const all = [...this.calls.values()];
-    const rank = (c) => (c.ended ? 1 : 0);
-    const start = (c) => c.created ?? c.firstSeen ?? 0;
+    const rank = (c) => (c.ended ? 2 : c.waiting_since ? 0 : 1);
+    const start = (c) => c.waiting_since ?? c.created ?? c.firstSeen ?? 0;
     return all.sort((a, b) => rank(a) - rank(b) || start(a) - start(b) || (a.call_id < b.call_id ? -1 : 1));
   }
 

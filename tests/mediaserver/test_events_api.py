@@ -19,6 +19,7 @@ from kefu.ai_bridge.trace import TurnTrace
 from kefu.mediaserver.bus import EventBus
 from kefu.mediaserver.events import (
     EVENT_TYPES,
+    AgentWait,
     CallEnded,
     CallStarted,
     CallStateChanged,
@@ -50,6 +51,7 @@ def samples(call_id: str = "c1") -> list[object]:
         DtmfReceived(call_id, wall, "0", "rfc4733"),
         HandoffRequested(call_id, "caller asked", "kb", loop),
         TransferProgress(call_id, wall, "sip:queue@vcc", 200),
+        AgentWait(call_id, wall, True, "caller asked", 1, ""),
         CallEnded(call_id, wall, "transferred", True),
     ]
 

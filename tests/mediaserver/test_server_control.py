@@ -176,3 +176,88 @@ async def test_takeover_then_a_refused_transfer_returns_the_call_to_the_human(
     assert call.transfer_target == "sip:queue@vcc"
     server.handback(call.id, "bob")
     assert call.state is CallState.AI_ACTIVE
+
+
+async def test_an_agent_who_vanishes_gives_the_call_back_to_the_ai_after_the_grace(
+    server: KefuServer,
+) -> None:
+    from dataclasses import replace
+
+    from aiortc.mediastreams import AudioStreamTrack
+
+    calls = replace(server.config.calls, agent_grace_s=0.3)
+    server.config = replace(server.config, calls=calls)
+    sfu = server.rooms.sfu
+    trunk = await trunk_socket()
+    call, _ = await answered_call(server, trunk, "grace-1")
+    room = (await server.takeover(call.id, "ann"))["room"]
+    ann = await sfu.join_local(room, "ann-browser", "agent", AudioStreamTrack(), display="Ann")
+    changes = server.bus.subscribe(lambda e: isinstance(e, CallStateChanged))
+    await ann.leave()
+    await asyncio.sleep(0.1)
+    assert call.state is CallState.HUMAN_ACTIVE  # still within the grace
+    change = await asyncio.wait_for(changes.queue.get(), 3.0)
+    assert isinstance(change, CallStateChanged)
+    assert (change.old, change.new) == ("human_active", "ai_active")
+    assert "connection was lost" in change.reason and call.owner is None
+
+    # An agent whose browser comes back within the grace keeps the call.
+    await server.takeover(call.id, "bob")
+    bob = await sfu.join_local(room, "bob-1", "agent", AudioStreamTrack(), display="Bob")
+    await bob.leave()
+    await asyncio.sleep(0.1)
+    again = await sfu.join_local(room, "bob-2", "agent", AudioStreamTrack(), display="Bob")
+    await asyncio.sleep(0.5)
+    assert call.state is CallState.HUMAN_ACTIVE and call.owner == "bob"
+    await again.leave()
+
+
+async def test_a_handoff_waits_for_a_signed_in_agent_and_transfers_when_nobody_is(
+    server: KefuServer,
+) -> None:
+    from dataclasses import replace
+
+    from kefu.mediaserver.events import AgentWait
+
+    server.dispatch.config = replace(
+        server.config, sip=replace(server.config.sip, transfer_target="sip:queue@vcc")
+    )
+    trunk = await trunk_socket()
+    waits = server.bus.subscribe(lambda e: isinstance(e, AgentWait))
+
+    # An agent is signed in: the call waits (no REFER), listed with waiting_since.
+    server.agent_queue.agents_online = lambda: 1
+    first, _ = await answered_call(server, trunk, "wait-1")
+    server._handoff(first, "caller asked")
+    wait = await asyncio.wait_for(waits.queue.get(), 3.0)
+    assert isinstance(wait, AgentWait) and (wait.call_id, wait.waiting) == (first.id, True)
+    (listed,) = server.list_calls()
+    assert listed["waiting_since"] is not None and first.state is CallState.AI_ACTIVE
+    await server.takeover(first.id, "ann")  # any agent picks it: the wait is over
+    done = await asyncio.wait_for(waits.queue.get(), 3.0)
+    assert isinstance(done, AgentWait) and (done.waiting, done.outcome) == (False, "taken")
+    assert server.list_calls()[0]["waiting_since"] is None
+    with pytest.raises(asyncio.TimeoutError):
+        await next_request(trunk, "REFER", wait=0.3)
+
+    # Nobody signed in: the REFER goes out at once.
+    server.agent_queue.agents_online = lambda: 0
+    second, _ = await answered_call_in(server, trunk, "wait-2")
+    server._handoff(second, "caller asked")
+    refer = await next_request(trunk, "REFER")
+    assert "queue@vcc" in (refer.headers.get("Refer-To") or "")
+    assert second.state is CallState.TRANSFERRING
+
+
+async def answered_call_in(server: KefuServer, trunk: Trunk, call_id: str) -> tuple[Call, str]:
+    """Like answered_call, when other calls are up: the one this INVITE created."""
+    before = set(server.calls)
+    port = server.sip_address[1]
+    invite = sip("INVITE", port, 40002, call_id=call_id, branch=f"z9hG4bK-{call_id}")
+    trunk.transport.sendto(invite, server.sip_address)
+    ok = await trunk.expect(200)
+    tag = ok.to.tag or ""
+    ack = sip("ACK", port, to_tag=tag, branch="z9hG4bK-ack2", call_id=call_id)
+    trunk.transport.sendto(ack, server.sip_address)
+    (leg,) = set(server.calls) - before
+    return server.calls[leg], tag

@@ -47,7 +47,8 @@ test("labels and durations", () => {
   assert.equal(stateLabel({ state: "ai_active" }), "AI");
   assert.equal(stateLabel({ state: "human_active", owner: "bob" }), "Human (bob)");
   assert.equal(stateLabel({ state: "transferring" }), "Transferring");
-  assert.equal(stateLabel({ state: "ringing" }), "Waiting");
+  assert.equal(stateLabel({ state: "ringing" }), "Ringing");
+  assert.equal(stateLabel({ state: "ai_active", waiting_since: 100 }), "Waiting for an agent");
   assert.equal(stateLabel({ state: "ai_active", ended: { reason: "bye" } }), "Ended");
   assert.equal(formatDuration(0), "0:00");
   assert.equal(formatDuration(65.9), "1:05");
@@ -220,4 +221,16 @@ test("the clock skew takes the least-delayed sample", () => {
   skew.sample(1010.0, 1005.05);
   assert.ok(Math.abs(skew.offset - 4.95) < 1e-9);
   assert.ok(Math.abs(skew.now(2000) - 2004.95) < 1e-9);
+});
+
+test("calls waiting for an agent come first, longest wait first, and leave the queue", () => {
+  const book = new CallBook();
+  const summary = (id, created, waiting) => ({ call_id: id, state: "ai_active", created, answered: created, waiting_since: waiting });
+  book.applySnapshot([summary("a", 100, null), summary("b", 101, 130), summary("c", 102, 120)], 140);
+  assert.deepEqual(book.list().map((c) => c.call_id), ["c", "b", "a"]);
+  book.applyEvent({ v: 1, type: "call.agent_wait", call_id: "a", at: 141, waiting: true, reason: "caller asked", position: 3, outcome: "" }, 141);
+  assert.deepEqual(book.list().map((c) => c.call_id), ["c", "b", "a"]);
+  book.applyEvent({ v: 1, type: "call.agent_wait", call_id: "c", at: 142, waiting: false, reason: "caller asked", position: 0, outcome: "taken" }, 142);
+  assert.deepEqual(book.list().map((c) => c.call_id), ["b", "a", "c"]);
+  assert.equal(stateLabel(book.get("b")), "Waiting for an agent");
 });
