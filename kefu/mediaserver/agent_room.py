@@ -15,20 +15,19 @@ takeover switches the SIP leg to the phone participant's mix — the agents' voi
 pauses the AI (:meth:`kefu.mediaserver.call.Call.takeover`); a hand-back switches it back.
 The taps never hold up the call: a stalled room loses its oldest frames.
 
-If the people in the room all leave while a human holds the call (the agent's browser closed,
-their network dropped), the call goes back to the AI after ``calls.agent_grace_s`` unless one
-of them is back by then, and the AI tells the caller.
+If the people in the room all leave while a human holds the call, the call goes back to the
+AI after ``calls.agent_grace_s`` (:mod:`.agent_presence`).
 """
 
 from __future__ import annotations
 
-import asyncio
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import structlog
 from aiortc.mediastreams import MediaStreamTrack
 
+from kefu.mediaserver.agent_presence import AgentPresence, tell_caller_agent_lost
 from kefu.mediaserver.call_state import CallState
 from kefu.sfu.api import LocalParticipant, Sfu
 
@@ -41,12 +40,6 @@ AGENT_ROOM_PREFIX = "call:"
 """Rooms named ``call:<call id>`` belong to a phone call and live in the front process."""
 PHONE_ID = "phone"
 BOT_ID = "kefu"
-SERVER_ROLES = frozenset({"sip", "bot"})
-AGENT_LOST = {
-    "en": "Sorry, my colleague's connection dropped. I'm back with you: how can I help?",
-    "zh": "抱歉，人工客服的连接中断了。我继续为您服务，请问有什么可以帮您？",
-}
-"""What the AI says when the call comes back to it because its agent vanished."""
 
 
 def agent_room_id(call_id: str) -> str:
@@ -62,10 +55,7 @@ class AgentRoom:
     """The caller in the room; ``phone.mixed_audio`` is what the caller hears from people."""
     bot: LocalParticipant | None
     """The AI's voice in the room (None for a call without an AI agent)."""
-    sfu: Sfu
-    call: Call
-    grace_s: float = 10.0
-    _grace: asyncio.TimerHandle | None = field(default=None, repr=False)
+    presence: AgentPresence
 
     @classmethod
     async def open(cls, sfu: Sfu, call: Call, *, grace_s: float = 10.0) -> AgentRoom:
@@ -80,40 +70,23 @@ class AgentRoom:
             voice: MediaStreamTrack = call.agent.outbound.taps.open()
             bot = await sfu.join_local(room_id, BOT_ID, "bot", voice, display="kefu")
         call.log.info("agent_room_opened", room=room_id)
-        room = cls(room_id, phone, bot, sfu, call, grace_s)
-        phone.on_event = room._on_room_event
-        return room
+        call_ref = call
 
-    def humans(self) -> list[str]:
-        """The participants who are people (agents, supervisors), not kefu's own."""
-        for info in self.sfu.rooms():
-            if info.room_id == self.room_id:
-                return [pid for pid, role in info.participants if role not in SERVER_ROLES]
-        return []
+        def gone() -> None:
+            call_ref.handback("kefu: the agent's connection was lost")
+            if call_ref.agent is not None:
+                tell_caller_agent_lost(call_ref.agent, call_ref.spawn)
 
-    def _on_room_event(self, event: dict[str, Any]) -> None:
-        kind = event.get("type")
-        if kind == "participant_joined" and self._grace is not None and self.humans():
-            self._grace.cancel()
-            self._grace = None
-            self.call.log.info("agent_back", room=self.room_id)
-        elif kind == "participant_left" and self._grace is None and not self.humans():
-            if self.call.state is CallState.HUMAN_ACTIVE:
-                self.call.log.warning("agent_vanished", room=self.room_id, grace_s=self.grace_s)
-                loop = asyncio.get_running_loop()
-                self._grace = loop.call_later(self.grace_s, self._agent_gone)
-
-    def _agent_gone(self) -> None:
-        """The grace is over and nobody came back: the AI has the call again and says so."""
-        self._grace = None
-        call = self.call
-        if call.state is not CallState.HUMAN_ACTIVE or self.humans():
-            return
-        call.handback("kefu: the agent's connection was lost")
-        agent = call.agent
-        if agent is not None:
-            text = AGENT_LOST["zh" if agent.lang == "zh" else "en"]
-            call.spawn(agent.responder.say(text, None), "agent-lost")
+        presence = AgentPresence(
+            sfu,
+            room_id,
+            held=lambda: call_ref.state is CallState.HUMAN_ACTIVE,
+            on_gone=gone,
+            grace_s=grace_s,
+            log=call.log,
+        )
+        phone.on_event = presence.on_room_event
+        return cls(room_id, phone, bot, presence)
 
     @property
     def people(self) -> MediaStreamTrack:
@@ -121,9 +94,7 @@ class AgentRoom:
         return self.phone.mixed_audio
 
     async def close(self) -> None:
-        if self._grace is not None:
-            self._grace.cancel()
-            self._grace = None
+        self.presence.cancel()
         if self.bot is not None:
             await self.bot.leave()
         await self.phone.leave()

@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from kefu.errors import CallStateConflict
 from kefu.mediaserver.call_state import CallState
 from kefu.mediaserver.events import event_json
+from kefu.mediaserver.room_calls import ROOM_CALL_PREFIX
 from kefu.signaling.api_access import TransferAllowList
 from kefu.signaling.events_ws import EventStream, add_event_routes
 from kefu.signaling.http import build_app
@@ -84,10 +86,9 @@ class CallControl:
 
     def list_calls(self) -> list[dict[str, Any]]:
         queue = self.server.agent_queue
-        return [
-            {**call.summary(), "waiting_since": queue.since(call.id)}
-            for call in self.server.calls.values()
-        ]
+        calls = [call.summary() for call in self.server.calls.values()]
+        calls += [call.summary() for call in self.server.rooms.calls.values()]
+        return [{**c, "waiting_since": queue.since(c["call_id"])} for c in calls]
 
     def transfer(self, call_id: str, target: str | None) -> None:
         """REFER the call (ValueError: bad target; CallStateConflict: wrong state)."""
@@ -97,7 +98,13 @@ class CallControl:
         self.server.lifecycle.hangup(self.server.lifecycle.by_id(call_id), "api")
 
     async def listen(self, call_id: str, who: str = "api") -> dict[str, Any]:
-        """Open the call's agent room (idempotent) so agents can join it and listen in."""
+        """Open the call's agent room (idempotent) so agents can join it and listen in; a
+        web caller's call is its own room."""
+        if call_id.startswith(ROOM_CALL_PREFIX):
+            room_call = self.server.rooms.call(call_id)
+            if room_call.state not in (CallState.AI_ACTIVE, CallState.HUMAN_ACTIVE):
+                raise CallStateConflict(call_id, room_call.state.value, "listen in")
+            return {"room": room_call.room_id}
         call = self.server.lifecycle.by_id(call_id)
         room = await call.open_agent_room(
             self.server.rooms.sfu, grace_s=self.server.config.calls.agent_grace_s
@@ -107,6 +114,10 @@ class CallControl:
     async def takeover(self, call_id: str, who: str = "api") -> dict[str, Any]:
         """A human takes the call from the AI (CallStateConflict unless ``ai_active``): the
         caller hears the agent room from now on."""
+        if call_id.startswith(ROOM_CALL_PREFIX):
+            room_call = self.server.rooms.call(call_id)
+            room_call.takeover(who)
+            return {"room": room_call.room_id}
         call = self.server.lifecycle.by_id(call_id)
         if call.state is not CallState.AI_ACTIVE:  # refuse before opening anything
             call.takeover(who)
@@ -118,5 +129,8 @@ class CallControl:
 
     def handback(self, call_id: str, who: str = "api") -> dict[str, Any]:
         """The human gives the call back to the AI (CallStateConflict unless ``human_active``)."""
+        if call_id.startswith(ROOM_CALL_PREFIX):
+            self.server.rooms.call(call_id).handback(who)
+            return {}
         self.server.lifecycle.by_id(call_id).handback(who)
         return {}

@@ -28,7 +28,8 @@ from kefu.mediaserver.call import Call
 from kefu.mediaserver.config import Config
 from kefu.mediaserver.media import PcmTrack, PromptThenEcho, chime, load_wav
 from kefu.mediaserver.metrics import Metrics
-from kefu.mediaserver.rooms import RoomService, room_call_id
+from kefu.mediaserver.room_calls import room_call_id
+from kefu.mediaserver.rooms import RoomService
 
 log = structlog.get_logger("kefu.server")
 

@@ -18,8 +18,11 @@ import structlog
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from kefu.ai_bridge.events import BargeIn, HandoffRequested, Utterance
+from kefu.mediaserver.agent_presence import AgentPresence
 from kefu.mediaserver.bus import EventBus, Subscription
+from kefu.mediaserver.call_state import CallState
 from kefu.mediaserver.events import CallEnded, CallStarted, CallStateChanged, event_json
+from kefu.mediaserver.room_calls import ROOM_CALL_PREFIX, RoomCall, room_call_id
 from kefu.sfu.api import LocalParticipant, Participant, Sfu
 
 log = structlog.get_logger("kefu.rooms")
@@ -71,6 +74,7 @@ class RoomService:
         *,
         no_bot_rooms: frozenset[str] = frozenset(),
         bus: EventBus | None = None,
+        agent_grace_s: float = 10.0,
     ) -> None:
         self.sfu = sfu
         self.bus = bus if bus is not None else EventBus()
@@ -81,6 +85,9 @@ class RoomService:
         self._bots: dict[str, LocalParticipant] = {}
         self._agents: dict[str, Any] = {}
         self._channels: dict[str, tuple[Subscription, asyncio.Task[None]]] = {}
+        self.calls: dict[str, RoomCall] = {}
+        """The AI conversations of this process's rooms, by call id (``room:<id>``)."""
+        self.agent_grace_s = agent_grace_s
         self.make_bot: Callable[[str, MediaStreamTrack, Callable[[object], None]], Any] | None = (
             None
         )
@@ -116,6 +123,17 @@ class RoomService:
         self.bus.publish(CallStarted(call_id, time.time(), "webrtc", room_id))
         agent = self.make_bot(room_id, bot.mixed_audio, self.bus.publish)
         self._agents[room_id] = agent
+        call = RoomCall(room_id, agent, self.bus.publish)
+        call.presence = AgentPresence(
+            self.sfu,
+            room_id,
+            held=lambda: call.state is CallState.HUMAN_ACTIVE,
+            on_gone=call.agent_gone,
+            grace_s=self.agent_grace_s,
+            log=call.log,
+        )
+        bot.on_event = call.presence.on_room_event
+        self.calls[call.id] = call
         speaks.connect(agent.outbound)
         await agent.start()
         log.info("room_bot_joined", room=room_id, mode="ai")
@@ -125,6 +143,12 @@ class RoomService:
     ) -> LocalParticipant:
         """A SIP call as a room participant: its audio published, the room's mix for it."""
         return await self.sfu.join_local(room_id, call_id, "sip", caller_audio, display="phone")
+
+    def call(self, call_id: str) -> RoomCall:
+        """The AI conversation ``room:<id>`` hosted here; KeyError if none."""
+        if not call_id.startswith(ROOM_CALL_PREFIX):
+            raise KeyError(call_id)
+        return self.calls[call_id]
 
     async def sweep(self) -> None:
         await self.sfu.sweep()
@@ -138,6 +162,9 @@ class RoomService:
             await self._remove_bot(room_id)
 
     async def _remove_bot(self, room_id: str) -> None:
+        call = self.calls.pop(room_call_id(room_id), None)
+        if call is not None:
+            call.close()
         agent = self._agents.pop(room_id, None)
         if agent is not None:
             await agent.close()
@@ -158,11 +185,6 @@ class RoomService:
         for room_id in list(self._bots):
             await self._remove_bot(room_id)
         await self.sfu.close()
-
-
-def room_call_id(room_id: str) -> str:
-    """The call id of a room's AI conversation (its agent's and its events' ``call_id``)."""
-    return f"room:{room_id}"
 
 
 async def _to_data_channel(sub: Subscription, bot: LocalParticipant) -> None:

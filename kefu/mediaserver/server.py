@@ -94,7 +94,12 @@ class KefuServer:
         sip_room = config.calls.sip_room
         # The SIP room: SIP legs join it in this process, and it has no bot.
         self.sip_rooms = frozenset({sip_room}) if sip_room else frozenset()
-        self.rooms = RoomService(Sfu(peer), no_bot_rooms=self.sip_rooms, bus=self.bus)
+        self.rooms = RoomService(
+            Sfu(peer),
+            no_bot_rooms=self.sip_rooms,
+            bus=self.bus,
+            agent_grace_s=config.calls.agent_grace_s,
+        )
         self.metrics.watch_sfu(self.control.sfu_stats)
         self.signaling = SignalingHub(
             self.rooms,

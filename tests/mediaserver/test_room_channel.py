@@ -7,13 +7,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from aiortc.mediastreams import AudioStreamTrack, MediaStreamTrack
 
 from kefu.ai_bridge.events import BargeIn, Utterance
 from kefu.ai_bridge.trace import TurnTrace
 from kefu.mediaserver.bus import EventBus
 from kefu.mediaserver.events import CallEnded, CallStarted, DtmfReceived
-from kefu.mediaserver.rooms import ROOM_CHANNEL_QUEUE, RoomService, room_call_id
+from kefu.mediaserver.room_calls import room_call_id
+from kefu.mediaserver.rooms import ROOM_CHANNEL_QUEUE, RoomService
 from kefu.sfu.api import PeerSettings, Sfu
 
 
@@ -96,3 +98,72 @@ async def test_a_stalled_channel_loses_its_oldest_events_and_says_how_many() -> 
     assert dropped == [{"v": 1, "type": "events.dropped", "count": 36}]
     assert lines == list(range(36, total))
     await rooms.close()
+
+
+class FlushableTrack(AudioStreamTrack):
+    def flush(self) -> int:
+        return 0
+
+
+class PausableAgent(Agent):
+    """Also takes takeover and hand-back, and says the phrase it is asked to."""
+
+    lang = "en"
+
+    def __init__(self, publish: Callable[[object], None]) -> None:
+        super().__init__(publish)
+        self.outbound = FlushableTrack()
+        self.floor: list[str] = []
+        self.said: list[str] = []
+        self.responder = self
+
+    def pause(self) -> None:
+        self.floor.append("pause")
+
+    def resume(self) -> None:
+        self.floor.append("resume")
+
+    async def say(self, text: str, turn_id: int | None) -> None:
+        self.said.append(text)
+
+
+async def test_a_web_callers_call_is_taken_over_handed_back_and_returns_when_the_agent_vanishes() -> (
+    None
+):
+    from kefu.errors import CallStateConflict
+    from kefu.mediaserver.events import CallStateChanged
+
+    bus = EventBus()
+    changes: list[object] = []
+    bus.attach(lambda e: changes.append(e) if isinstance(e, CallStateChanged) else None)
+    rooms = RoomService(Sfu(PeerSettings()), bus=bus, agent_grace_s=0.2)
+    agents: list[PausableAgent] = []
+
+    def make_bot(room_id: str, hears: MediaStreamTrack, publish: Any) -> PausableAgent:
+        agents.append(PausableAgent(publish))
+        return agents[-1]
+
+    rooms.make_bot = make_bot
+    await rooms.join("r1", "alice", role="customer")
+    call = rooms.call("room:r1")
+    assert call.summary()["channel"] == "webrtc" and call.summary()["state"] == "ai_active"
+    ann = await rooms.sfu.join_local("r1", "ann", "agent", AudioStreamTrack(), display="Ann")
+    call.takeover("ann")
+    with pytest.raises(CallStateConflict) as info:
+        call.takeover("bob")
+    assert info.value.owner == "ann" and call.summary()["owner"] == "ann"
+    call.handback("ann")
+    call.takeover("ann")
+    assert agents[0].floor == ["pause", "resume", "pause"]
+    await ann.leave()  # the agent's browser vanished
+    await asyncio.sleep(0.05)
+    assert call.state.value == "human_active"  # within the grace
+    await until(lambda: call.state.value == "ai_active", within=3.0)
+    await asyncio.sleep(0.05)
+    assert agents[0].floor[-1] == "resume" and "colleague" in agents[0].said[0]
+    reasons = [(c.new, c.reason) for c in changes]  # type: ignore[attr-defined]
+    assert reasons[-1] == ("ai_active", "handed back by kefu: the agent's connection was lost")
+    with pytest.raises(KeyError):
+        rooms.call("room:nope")
+    await rooms.close()
+    assert rooms.calls == {}
