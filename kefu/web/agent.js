@@ -442,12 +442,13 @@ async function listen(callId) {
 
 async function takeover(callId) {
   return withBusy(callId, "taking over", async () => {
-    // Normally: join the room and open the microphone first, so the caller hears us the
-    // moment the AI stops. When the list says the AI does not have the call (someone else
-    // does, it is transferring...), ask first: the server answers 409 naming the owner.
+    // Normally: join the room (microphone still muted) first, so the caller hears us the
+    // moment the server says the call is ours; the microphone opens only then, so an agent who
+    // loses a race for the call is never heard. When the list says the AI does not have the
+    // call (someone else does, it is transferring...), ask first: 409 names the owner.
     const known = book.get(callId);
     const askFirst = !!known && known.state !== null && known.state !== "ai_active";
-    const joinAndOpenMic = async () => {
+    const joinAndOpenMic = async (open = true) => {
       if (!(app.media && app.media.callId === callId && mediaLive())) {
         const joined = await doListen(callId);
         if (!joined.ok) return joined;
@@ -459,15 +460,16 @@ async function takeover(callId) {
         recordError(e.code, e.message, callId);
         return { ok: false, http: 0, code: e.code, message: e.message };
       }
-      setMic(true);
+      if (open) setMic(true);
       return { ok: true };
     };
     if (!askFirst) {
-      const ready = await joinAndOpenMic();
+      const ready = await joinAndOpenMic(false);
       if (!ready.ok) return ready;
     }
     const r = await api("POST", `/api/calls/${encodeURIComponent(callId)}/takeover`);
     const me = app.who.sub;
+    if (r.ok && !askFirst) setMic(true);
     if (r.ok && askFirst) {
       const ready = await joinAndOpenMic();
       if (!ready.ok) {

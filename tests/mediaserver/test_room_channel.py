@@ -127,9 +127,7 @@ class PausableAgent(Agent):
         self.said.append(text)
 
 
-async def test_a_web_callers_call_is_taken_over_handed_back_and_returns_when_the_agent_vanishes() -> (
-    None
-):
+async def test_a_web_call_is_taken_over_handed_back_and_returns_when_the_agent_vanishes() -> None:
     from kefu.errors import CallStateConflict
     from kefu.mediaserver.events import CallStateChanged
 
