@@ -19,13 +19,17 @@
 // base64 of mono little-endian int16 at ``rate`` (48 kHz), from the moment the page attached
 // the track to its <audio> element. Never `npx playwright install`:
 // the browser is Debian's.
+//
+// Other drivers (agent_driver.mjs) import flags, installTap, launch and dumpTap from here;
+// main() runs only when this file is the script node was started with.
 
 import { readFileSync } from "node:fs";
+import { pathToFileURL } from "node:url";
 import { chromium } from "playwright-core";
 
-const spec = JSON.parse(readFileSync(process.argv[2], "utf8"));
+let spec = {};
 
-function flags(caller) {
+export function flags(caller) {
   const args = [
     "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -46,7 +50,7 @@ function flags(caller) {
 // (mono: the channels averaged) into Float32 chunks posted to the page. The worklet runs on
 // the audio thread, so a busy main thread delays the chunks but does not drop any; the worklet's
 // output goes to the destination through a zero gain, so the tap plays nothing itself.
-function installTap() {
+export function installTap() {
   const RATE = 48000;
   const CHUNK = 4800; // frames per message (100 ms)
   const WORKLET = `
@@ -130,21 +134,28 @@ function installTap() {
   };
 }
 
-async function launch(caller) {
+/** One Chromium (a persistent context in ``caller.profile``) with the caller's fake
+ *  microphone; ``record`` installs the tap in every page it opens. */
+export async function launch(caller, { executable = spec.chromium, record = spec.record } = {}) {
   const context = await chromium.launchPersistentContext(caller.profile, {
-    executablePath: spec.chromium || "/usr/bin/chromium",
+    executablePath: executable || "/usr/bin/chromium",
     headless: true,
     args: flags(caller),
     ignoreDefaultArgs: ["--mute-audio"],
     // No permission granted: with fakeUi false, getUserMedia is refused like a user's "Block".
     permissions: caller.fakeUi === false ? [] : undefined,
   });
-  if (spec.record) await context.addInitScript(installTap);
+  if (record) await context.addInitScript(installTap);
   const page = context.pages()[0] || (await context.newPage());
   const logs = [];
   page.on("console", (m) => logs.push(`${m.type()}: ${m.text()}`));
   page.on("pageerror", (e) => logs.push(`pageerror: ${e.message}`));
   return { context, page, logs };
+}
+
+/** What the tap recorded so far on ``page`` (see ``heard`` above). */
+export async function dumpTap(page) {
+  return page.evaluate(() => window.__kefuTap.dump());
 }
 
 async function waitConnected(run, until, timeoutMs) {
@@ -197,7 +208,7 @@ async function main() {
     }
     const results = [];
     for (const run of runs) {
-      const heard = spec.record ? await run.page.evaluate(() => window.__kefuTap.dump()) : null;
+      const heard = spec.record ? await dumpTap(run.page) : null;
       results.push({ ...(await snapshot(run)), connectMs: run.connectMs, timeout: run.timeout || null,
         logs: run.logs.slice(-20), heard });
     }
@@ -210,4 +221,7 @@ async function main() {
   }
 }
 
-await main();
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  spec = JSON.parse(readFileSync(process.argv[2], "utf8"));
+  await main();
+}
