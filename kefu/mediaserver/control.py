@@ -10,13 +10,14 @@ current state), and nothing changes unless the action succeeded.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from kefu.errors import CallStateConflict
 from kefu.mediaserver.call_state import CallState
-from kefu.mediaserver.events import event_json
+from kefu.mediaserver.events import AgentNote, event_json
 from kefu.mediaserver.room_calls import ROOM_CALL_PREFIX
 from kefu.signaling.api_access import TransferAllowList
 from kefu.signaling.events_ws import EventStream, add_event_routes
@@ -126,6 +127,12 @@ class CallControl:
         )
         call.takeover(who)  # the state is checked again: of two agents exactly one wins
         return {"room": room.room_id}
+
+    def note(self, call_id: str, who: str, text: str) -> None:
+        """An agent's note about a live call: on the bus (workbenches, interaction log)."""
+        if not any(c["call_id"] == call_id for c in self.list_calls()):
+            raise KeyError(call_id)
+        self.server.bus.publish(AgentNote(call_id, time.time(), who, text))
 
     def handback(self, call_id: str, who: str = "api") -> dict[str, Any]:
         """The human gives the call back to the AI (CallStateConflict unless ``human_active``)."""

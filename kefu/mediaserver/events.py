@@ -82,6 +82,14 @@ class AgentWait(CallEvent):
 
 
 @dataclass(frozen=True, slots=True)
+class AgentNote(CallEvent):
+    by: str
+    """Who wrote it (the token's user)."""
+    text: str
+    """The note (at most 4,000 characters), kept with the interaction record."""
+
+
+@dataclass(frozen=True, slots=True)
 class CallEnded(CallEvent):
     reason: str
     """Why (``bye``, ``api``, ``transferred``, ``max_call_seconds``, ``rejected 503``...)."""
@@ -118,6 +126,7 @@ EVENT_TYPES: dict[type, EventType] = {
     DtmfReceived: EventType("call.dtmf"),
     TransferProgress: EventType("call.transfer_progress"),
     AgentWait: EventType("call.agent_wait"),
+    AgentNote: EventType("call.note"),
     CallEnded: EventType("call.ended"),
     Utterance: EventType("transcript.final", loop_times=("at",)),
     BargeIn: EventType(

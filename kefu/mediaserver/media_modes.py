@@ -26,6 +26,7 @@ from kefu.codecs.info import codec_info
 from kefu.mediaserver.bus import EventBus
 from kefu.mediaserver.call import Call
 from kefu.mediaserver.config import Config
+from kefu.mediaserver.events import AgentNote
 from kefu.mediaserver.media import PcmTrack, PromptThenEcho, chime, load_wav
 from kefu.mediaserver.metrics import Metrics
 from kefu.mediaserver.room_calls import room_call_id
@@ -65,6 +66,14 @@ class MediaModes:
         self.ai = ai
         for reader in ai.event_readers():
             self.bus.attach(reader)
+        log_file = ai.interaction_log
+        if log_file is not None:  # agents' notes join the turns in the interaction record
+
+            def notes(event: object) -> None:
+                if isinstance(event, AgentNote):
+                    log_file.write(note_record(event))
+
+            self.bus.attach(notes)
         self.rooms.make_bot = self._room_agent
         log.info("ai_loaded", seconds=round(time.monotonic() - t0, 1), ready=ai.ready)
 
@@ -128,3 +137,14 @@ class MediaModes:
         if isinstance(event, HandoffRequested):
             call.log.info("handoff_requested", reason=event.reason, detail=event.detail)
             self.on_handoff(call, event.reason)
+
+
+def note_record(note: AgentNote) -> dict[str, object]:
+    """An agent's note as a line of the interaction log."""
+    return {
+        "type": "note",
+        "call_id": note.call_id,
+        "at": note.at,
+        "by": note.by,
+        "text": note.text,
+    }

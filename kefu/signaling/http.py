@@ -28,6 +28,8 @@ from kefu.signaling.auth import Authenticator, Claims
 from kefu.signaling.errors import AuthError
 
 MAX_BODY = 64 * 1024
+MAX_NOTE = 4000
+"""Characters in one agent note."""
 API_PREFIX = "/api/"
 _OWN_AUTH = ("/api/events",)
 """API paths that check their token themselves (a WebSocket is refused after its upgrade)."""
@@ -47,6 +49,7 @@ class Control(Protocol):
     def takeover(self, call_id: str, who: str) -> Any: ...
     def handback(self, call_id: str, who: str) -> Any: ...
     def listen(self, call_id: str, who: str) -> Any: ...
+    def note(self, call_id: str, who: str, text: str) -> None: ...
 
 
 def error_response(status: int, code: str, message: str, **extra: Any) -> web.Response:
@@ -187,6 +190,25 @@ def build_app(
         audit(request, "hangup", call_id, "accepted")
         return web.json_response({"status": "ending"}, status=202)
 
+    async def note(request: web.Request) -> web.Response:
+        call_id = request.match_info["call_id"]
+        try:
+            body = await request.json()
+        except ValueError:
+            audit(request, "note", call_id, "bad_json")
+            return _error(400, "bad_json", "body is not valid JSON")
+        text = body.get("text") if isinstance(body, dict) else None
+        if not isinstance(text, str) or not text.strip() or len(text) > MAX_NOTE:
+            audit(request, "note", call_id, "bad_request")
+            return _error(400, "bad_request", f'expected {{"text": "..."}} of 1-{MAX_NOTE} chars')
+        try:
+            control.note(call_id, request[CLAIMS_KEY].user, text)
+        except KeyError:
+            audit(request, "note", call_id, "unknown_call")
+            return _error(404, "unknown_call", "no such call")
+        audit(request, "note", call_id, "accepted", chars=len(text))
+        return web.json_response({"status": "noted"}, status=201)
+
     def switch(action: str, status: str) -> Callable[[web.Request], Awaitable[web.Response]]:
         """``takeover`` or ``handback``: who has the call moves between the AI and a human."""
 
@@ -235,5 +257,6 @@ def build_app(
     app.router.add_post("/api/calls/{call_id}/takeover", switch("takeover", "human_active"))
     app.router.add_post("/api/calls/{call_id}/handback", switch("handback", "ai_active"))
     app.router.add_post("/api/calls/{call_id}/listen", switch("listen", ""))
+    app.router.add_post("/api/calls/{call_id}/notes", note)
     app.router.add_get("/agent", workbench)
     return app

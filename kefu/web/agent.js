@@ -10,7 +10,7 @@
 //
 // For automated browser tests: window.kefuAgent = {calls, selected, events, state, errors,
 // media, listen(id), takeover(id), handback(id), hangup(id), transfer(id, target), leave(),
-// select(id), signIn(token), signOut(), refresh(), stats()}. Actions never throw: they
+// note(id, text), select(id), signIn(token), signOut(), refresh(), stats()}. Actions never throw: they
 // resolve to {ok: true, http, ...the response body} or {ok: false, http, code, message} (http:
 // the HTTP status, 0 when the server could not be reached or it failed before a request);
 // hangup() does not ask to confirm (the button does).
@@ -559,7 +559,24 @@ function maybeSelectFromUrl(id) {
   }
 }
 
-// --- notes (localStorage; server-side notes are not in the API yet) -------------------------
+// --- notes (a draft in localStorage; "Save note" adds it to the call's record) -------------
+
+async function postNote(callId, text) {
+  const r = await api("POST", `/api/calls/${encodeURIComponent(callId)}/notes`, { text });
+  if (!r.ok) return failure("Saving the note", r, callId);
+  setStatus("Note saved with the call's record.");
+  return { ok: true, http: r.status };
+}
+
+async function saveNoteToRecord() {
+  const text = $("notes").value.trim();
+  if (!app.selected || !text) return;
+  const r = await postNote(app.selected, text);
+  if (r.ok) {
+    $("notes").value = "";
+    saveNotes();
+  }
+}
 
 function loadNotes() {
   const box = $("notes");
@@ -984,6 +1001,7 @@ function wire() {
     if (button) copyText(button);
   });
   $("notes").addEventListener("input", saveNotes);
+  $("btn-note").addEventListener("click", saveNoteToRecord);
 }
 
 function main() {
@@ -1005,6 +1023,7 @@ function main() {
     get dropped() { return book.dropped; },
     call: (id) => book.get(id),
     listen, takeover, handback, hangup, transfer, select, signIn, signOut,
+    note: postNote,
     leave: () => { leaveMedia(); return { ok: true }; },
     refresh: refreshCalls,
     stats: async () => (app.media ? app.media.call.stats() : null),

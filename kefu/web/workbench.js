@@ -404,6 +404,9 @@ export class CallBook {
         call.waiting_since = ev.waiting ? (call.waiting_since ?? at) : null;
         if (ev.waiting) this._line(call, { kind: "system", alert: true, text: `Waiting for an agent (${ev.reason || "asked"}), #${ev.position ?? "?"} in the queue`, at });
         break;
+      case "call.note":
+        this._line(call, { kind: "system", text: `Note by ${ev.by || "?"}: ${ev.text ?? ""}`, at });
+        break;
       case "call.transfer_progress": {
         const p = { target: ev.target ?? "", status: ev.status ?? null, at };
         call.transfer.push(p);

@@ -360,6 +360,17 @@ def _agent_run(kefu: KefuProcess, secret: str, wav: Path, out: Path, reader: Eve
         str(out),
     ]
     subprocess.run(cmd, timeout=90, check=False, capture_output=True)
+    # The call goes on with the AI: the agent files a note with its record.
+    import urllib.request
+
+    call_id = json.loads(out.read_text()).get("call_id", "")
+    note = urllib.request.Request(
+        f"{kefu.http}/api/calls/{call_id}/notes",
+        data=json.dumps({"text": "Asked about hours; handed back."}).encode(),
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(note, timeout=10) as resp:
+        assert resp.status == 201
 
 
 def test_an_agent_takes_over_mid_answer_is_heard_alone_and_hands_back(
@@ -419,6 +430,8 @@ def test_an_agent_takes_over_mid_answer_is_heard_alone_and_hands_back(
     assert "business days" in turns[2]["reply_text"], turns[2]
     assert heard.speech_starts[2] is not None
     assert not heard.voiced_within(back + 1.0, heard.speech_starts[2]), "the AI spoke first"
+    notes = [t for t in traces(kefu_ai) if t.get("type") == "note"]
+    assert any(n["call_id"] == result["call_id"] and n["by"] == "maria" for n in notes), notes
     states = [(c["old"], c["new"]) for c in result["state_changes"]]
     assert ("ai_active", "human_active") in states and ("human_active", "ai_active") in states
 

@@ -19,6 +19,7 @@ from kefu.ai_bridge.trace import TurnTrace
 from kefu.mediaserver.bus import EventBus
 from kefu.mediaserver.events import (
     EVENT_TYPES,
+    AgentNote,
     AgentWait,
     CallEnded,
     CallStarted,
@@ -52,6 +53,7 @@ def samples(call_id: str = "c1") -> list[object]:
         HandoffRequested(call_id, "caller asked", "kb", loop),
         TransferProgress(call_id, wall, "sip:queue@vcc", 200),
         AgentWait(call_id, wall, True, "caller asked", 1, ""),
+        AgentNote(call_id, wall, "maria", "reshipped"),
         CallEnded(call_id, wall, "transferred", True),
     ]
 

@@ -32,6 +32,7 @@ class FakeControl:
         self.transfers: list[tuple[str, str | None]] = []
         self.hangups: list[str] = []
         self.switches: list[tuple[str, str, str]] = []
+        self.notes: list[tuple[str, str, str]] = []
         self.draining = False
 
     def ready(self) -> tuple[bool, dict[str, Any]]:
@@ -76,6 +77,11 @@ class FakeControl:
         await asyncio.sleep(0)  # the real one opens the call's room first
         self._switch(call_id, "takeover", "ai_active", "human_active", who)
         return {"room": f"call:{call_id}"}
+
+    def note(self, call_id: str, who: str, text: str) -> None:
+        if call_id not in self.calls:
+            raise KeyError(call_id)
+        self.notes.append((call_id, who, text))
 
     def handback(self, call_id: str, who: str) -> dict[str, Any]:
         self._switch(call_id, "handback", "human_active", "ai_active", who)
@@ -315,6 +321,28 @@ async def test_listen_gives_the_calls_room_and_refuses_calls_without_media(clien
     assert (await client.post("/api/calls/c1/listen", headers=bearer("customer"))).status == 403
     assert (await client.post("/api/calls/c1/listen")).status == 401
     assert client.control.switches == [("listen", "c1", "sue")]
+
+
+async def test_notes_are_kept_with_who_wrote_them_and_bad_ones_refused(client) -> None:
+    ann = bearer("agent", "ann")
+    note = {"text": "reshipped, ticket 4471"}
+    ok = await client.post("/api/calls/c1/notes", json=note, headers=ann)
+    assert ok.status == 201 and (await ok.json()) == {"status": "noted"}
+    for body, status in (
+        ({"text": ""}, 400),
+        ({"text": "x" * 4001}, 400),
+        ({"note": "hi"}, 400),
+        (["hi"], 400),
+    ):
+        resp = await client.post("/api/calls/c1/notes", json=body, headers=bearer("agent"))
+        assert resp.status == status, body
+    raw = await client.post("/api/calls/c1/notes", data=b"{", headers=bearer("agent"))
+    assert raw.status == 400 and (await raw.json())["error"]["code"] == "bad_json"
+    unknown = await client.post("/api/calls/zz/notes", json={"text": "x"}, headers=bearer("agent"))
+    assert unknown.status == 404
+    anon = await client.post("/api/calls/c1/notes", json={"text": "x"})
+    assert anon.status == 401
+    assert client.control.notes == [("c1", "ann", "reshipped, ticket 4471")]
 
 
 async def test_the_workbench_page_is_served_without_a_token(client) -> None:
