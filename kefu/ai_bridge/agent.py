@@ -8,7 +8,13 @@ transcript is published and, unless a human has the call, answered by the
 Who has the floor is the table of :mod:`kefu.ai_bridge.barge`: barge-in (the caller's voice
 over the bot pauses its output at once; voice that lasts ``barge_in_min_ms`` flushes it and
 cancels the answer; a short "uh-huh" resumes it), takeover (:meth:`CallAgent.pause`: the AI is
-silenced, keeps transcribing, answers nothing) and hand-back (:meth:`CallAgent.resume`).
+silenced, keeps transcribing, answers nothing) and hand-back (:meth:`CallAgent.resume`: the AI
+speaks next only after the caller's next turn).
+
+During a takeover :meth:`CallAgent.hear_agent` also transcribes the human agent
+(:mod:`kefu.ai_bridge.agent_voice`). The dialog state's history
+(:class:`~kefu.ai_bridge.history.HistoryWriter`) gets every line, the caller's and the agent's
+during the takeover included, so the AI takes the call back with the conversation so far.
 
 Control inputs from outside the call (pause, resume, close) are applied at once, on the
 caller's stack: nothing queues them, so nothing can drop or reorder them.
@@ -24,12 +30,13 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
 import structlog
 from aiortc.mediastreams import MediaStreamTrack
 
+from kefu.ai_bridge.agent_voice import AgentHearing, AgentVoice
 from kefu.ai_bridge.barge import Floor, FloorAction, FloorInput, FloorMachine
 from kefu.ai_bridge.events import AI_UNAVAILABLE, BargeIn, HandoffRequested, Utterance
+from kefu.ai_bridge.history import HistoryWriter
 from kefu.ai_bridge.listen.listener import (
     EndOfTurn,
     FinalTranscript,
@@ -49,7 +56,14 @@ from kefu.ai_bridge.pipeline import (
 )
 from kefu.ai_bridge.respond import Responder
 from kefu.ai_bridge.services import NOT_CAUGHT, AiServices, AiSettings
-from kefu.ai_bridge.stages import CallerTurn, FrontEndStage, ListenStage, VoiceSpeech
+from kefu.ai_bridge.stages import (
+    CallerTurn,
+    DialogStage,
+    FrontEndStage,
+    ListenDriver,
+    ListenStage,
+    VoiceSpeech,
+)
 from kefu.ai_bridge.trace import TurnTracer
 from kefu.ai_bridge.tracks import BotAudioTrack, CallerAudioTap
 
@@ -104,6 +118,9 @@ class CallAgent:
         self.outbound = BotAudioTrack(paced=paced_output)
         self.tracer = TurnTracer(call_id, publish=publish)
         self.responder = Responder(call_id, self.lang, self.outbound, self.tracer, publish)
+        self.history = HistoryWriter(call_id, self._dialog)
+        """Lines the dialog did not answer itself, into its state (:mod:`.history`)."""
+        self.responder.record = self.history.add
         self.pipeline: Pipeline | None = None
         self.floor = FloorMachine()
         """Barge-in and takeover state (:mod:`kefu.ai_bridge.barge`)."""
@@ -113,13 +130,18 @@ class CallAgent:
         self.backchannels = 0
         self._log = log.bind(call_id=call_id)
         self._tap: CallerAudioTap | None = None
+        self._driver: ListenDriver | None = None
+        self._hearing = AgentHearing(
+            StageContext(services, self.settings, call_id, self.lang),
+            publish=publish,
+            turn_id=self._caller_turn,
+            record=self.history.add,
+        )
         self._events_task: asyncio.Task[None] | None = None
         self._held: _Held | None = None
         self._ignored: set[int] = set()  # backchannels: transcript dropped
-        self._human_turns: set[int] = set()  # begun while a human had the call: not answered
+        self._answer_after = 0  # turns up to this one began before the hand-back: not answered
         self._empties = 0
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at: float | None = None
         self._closed = False
 
     # -- what others read ------------------------------------------------------------------
@@ -131,6 +153,17 @@ class CallAgent:
     @property
     def frontend(self) -> FrontEndStage | None:
         return self.pipeline.frontend if self.pipeline is not None else None
+
+    @property
+    def agent_voice(self) -> AgentVoice | None:
+        """The human agent's voice being transcribed (:meth:`hear_agent`), if any."""
+        return self._hearing.voice
+
+    def _dialog(self) -> DialogStage | None:
+        return self.pipeline.dialog if self.pipeline is not None else None
+
+    def _caller_turn(self) -> int:
+        return self.listener.turn_id if self.listener is not None else 0
 
     @property
     def handoff(self) -> HandoffRequested | None:
@@ -182,8 +215,9 @@ class CallAgent:
         self.responder.speech = pipeline.speech
         if pipeline.frontend is not None:
             self.outbound.on_frame = pipeline.frontend.push_far
+        self._driver = ListenDriver(pipeline.listen)
         self._tap = CallerAudioTap(
-            self.inbound, self._on_audio, call_id=self.call_id, frontend=pipeline.frontend
+            self.inbound, self._driver.feed, call_id=self.call_id, frontend=pipeline.frontend
         )
         self._tap.start()
         self._events_task = loop.create_task(self._run_events(), name=f"agent:{self.call_id}")
@@ -203,8 +237,8 @@ class CallAgent:
             return
         self._closed = True
         self.floor.apply(FloorInput.HANGUP, self._act)
-        if self._timer is not None:
-            self._timer.cancel()
+        if self._driver is not None:
+            self._driver.close()
         self.responder.cancel()
         tasks = [t for t in (self.responder.task, self._events_task) if t is not None]
         for task in tasks:
@@ -214,6 +248,8 @@ class CallAgent:
                 await task
         if self._tap is not None:
             await self._tap.stop()
+        await self._hearing.close()
+        await self.history.close()  # before the state is forgotten: nothing writes it back
         for turn_id in self.tracer.open_turns():
             self.tracer.finish(turn_id)
         self.outbound.stop()
@@ -235,36 +271,27 @@ class CallAgent:
         self._log.info("agent_paused")
 
     def resume(self) -> None:
-        """The human hands the call back: the AI listens and answers again (turns the caller
-        began while paused stay unanswered). Raises :class:`kefu.errors.InvalidTransition`
-        when not paused."""
+        """The human hands the call back: the AI listens and answers again, from the caller's
+        next turn on. A turn begun before the hand-back stays unanswered, even when its
+        transcript arrives after it (the caller spoke to the human). Raises
+        :class:`kefu.errors.InvalidTransition` when not paused."""
         self.floor.apply(FloorInput.HANDBACK, self._act)
+        self._answer_after = self._caller_turn()
         self._empties = 0
-        self._log.info("agent_resumed")
+        self._log.info("agent_resumed", answer_after=self._answer_after)
 
-    # -- audio in --------------------------------------------------------------------------
+    def hear_agent(self, track: MediaStreamTrack, who: str) -> None:
+        """Transcribe a human agent's voice: ``track`` is any audio track (any rate, layout),
+        e.g. the mix of the agents the caller hears; ``who`` names them in the logs. Each
+        final is published as an :class:`Utterance` with speaker ``agent`` (``turn_id``: the
+        caller's current turn, 0 before any) and added to the dialog history; none is ever
+        answered. Replaces a track already being heard; a no-op once the call is closed."""
+        if not self._closed:
+            self._hearing.hear(track, who)
 
-    def _on_audio(self, pcm16k: np.ndarray, now: float) -> None:
-        listener = self.listener
-        if listener is None or self._closed:
-            return
-        listener.feed(pcm16k, now)
-        deadline = listener.get_timer()
-        if deadline != self._timer_at:
-            # The endpointer's timer only matters when audio stops (hold, DTX).
-            if self._timer is not None:
-                self._timer.cancel()
-            self._timer_at = deadline
-            self._timer = (
-                None
-                if deadline is None
-                else asyncio.get_running_loop().call_at(deadline, self._on_timer)
-            )
-
-    def _on_timer(self) -> None:
-        self._timer, self._timer_at = None, None
-        if self.listener is not None and not self._closed:
-            self.listener.handle_timer(asyncio.get_running_loop().time())
+    def stop_hearing_agent(self) -> None:
+        """Stop transcribing the human agent (idempotent; :meth:`close` does it too)."""
+        self._hearing.stop()
 
     # -- the control lane ------------------------------------------------------------------
 
@@ -286,8 +313,6 @@ class CallAgent:
                 self._log.exception("agent_event_failed", event=type(event).__name__)
 
     def _on_speech_started(self, ev: SpeechStarted) -> None:
-        if self.paused:
-            self._human_turns.add(ev.turn_id)
         over_bot = self.settings.barge_in and not self.paused and self.busy
         self.floor.apply(
             FloorInput.VOICE_OVER_BOT if over_bot else FloorInput.VOICE,
@@ -365,9 +390,8 @@ class CallAgent:
             self._ignored.discard(turn_id)
             self.tracer.discard(turn_id)
             return
-        human_turn = turn_id in self._human_turns
-        self._human_turns.discard(turn_id)
-        dialog = self.pipeline.dialog if self.pipeline is not None else None
+        dialog = self._dialog()
+        human_turn = turn_id <= self._answer_after  # begun before the hand-back
         answering = dialog is not None and not (human_turn or self.paused)
         text = ev.text.strip()
         if not text:
@@ -383,6 +407,8 @@ class CallAgent:
         self.publish(Utterance(self.call_id, turn_id, "caller", text, ev.language, ev.at))
         if not answering:
             self.tracer.discard(turn_id)  # nobody answers it: no turn trace
+            if dialog is not None:  # said to the human: part of the conversation all the same
+                self.history.add("caller", text, ev.language)
             return
         marks = self.tracer.marks(turn_id)
         marks.asr_final = ev.at

@@ -52,9 +52,10 @@ class Utterance:
     call_id: str
     """Call it belongs to."""
     turn_id: int
-    """Caller turn it belongs to (0: the greeting)."""
+    """Caller turn it belongs to (0: the greeting; an agent's line: the caller's current
+    turn, 0 before the caller said anything)."""
     speaker: str
-    """``caller`` or ``bot``."""
+    """``caller``, ``bot`` or ``agent`` (a human agent during a takeover)."""
     text: str
     """What was said."""
     lang: str

@@ -48,6 +48,7 @@ __all__ = [
     "PipelineUnavailable",
     "StageContext",
     "StageRegistry",
+    "build_listener",
     "build_pipeline",
     "check_names",
     "missing",
@@ -178,39 +179,61 @@ async def build_pipeline(
     registry = registry or StageRegistry()
     check_names(spec, registry)
     loop = asyncio.get_running_loop()
-    services, settings = ctx.services, ctx.settings
+    services = ctx.services
     turn_stages = tuple(registry.turn_stages[name](ctx) for name in spec.turn_stages)
     taps = tuple(registry.speech_taps[name](ctx) for name in spec.speech_taps)
     reason = missing(services, spec, ctx.lang)
     if reason is not None:
         raise PipelineUnavailable(reason)
-    vad = await loop.run_in_executor(None, SileroVad)
-    if not vad.ready:
-        raise PipelineUnavailable(f"vad: {vad.error}")
-    asr = services.asr_for(ctx.lang)
-    assert asr is not None
-    partials = None
-    if spec.partials:
-        from kefu.ai_bridge.listen.asr.partials import PocketsphinxPartials
-
-        partials = await loop.run_in_executor(None, PocketsphinxPartials)
-    listener = Listener(
-        asr,
-        config=EndpointConfig(end_silence_ms=settings.end_silence_ms),
-        vad=vad,
-        partials=partials if partials is not None and partials.ready else None,
-        asr_language=ctx.lang,
-        hotwords=settings.hotwords,
-        clock=clock or loop.time,
-        call_id=ctx.call_id,
-        sustained_ms=settings.barge_in_min_ms,
-    )
+    listener = await build_listener(ctx, partials=spec.partials, clock=clock)
     frontend = None
     if spec.frontend:
         frontend = await loop.run_in_executor(None, _build_frontend, ctx.call_id, spec.frontend)
     dialog = KbDialog(services.dialog) if spec.answer and services.dialog is not None else None
     speech = VoiceSpeech(services.voice) if spec.speak and services.voice is not None else None
     return Pipeline(listener, frontend, turn_stages, dialog, speech, taps)
+
+
+async def build_listener(
+    ctx: StageContext,
+    *,
+    partials: bool = False,
+    barge_in: bool = True,
+    speculative: bool = True,
+    clock: Callable[[], float] | None = None,
+) -> Listener:
+    """The listen stage (Silero VAD endpointing + the call's ASR) for one voice of a call:
+    the caller's, or a human agent's (``barge_in=False``: no
+    :class:`~kefu.ai_bridge.listen.listener.SpeechSustained` cue;
+    ``speculative=False``: one decode per turn, as nobody waits to answer it).
+
+    Raises :class:`PipelineUnavailable` when the VAD or the language's ASR is not loaded.
+    """
+    loop = asyncio.get_running_loop()
+    services, settings = ctx.services, ctx.settings
+    asr = services.asr_for(ctx.lang)
+    if asr is None:
+        raise PipelineUnavailable(missing(services, PipelineSpec(), ctx.lang) or "asr")
+    vad = await loop.run_in_executor(None, SileroVad)
+    if not vad.ready:
+        raise PipelineUnavailable(f"vad: {vad.error}")
+    recognizer = None
+    if partials:
+        from kefu.ai_bridge.listen.asr.partials import PocketsphinxPartials
+
+        recognizer = await loop.run_in_executor(None, PocketsphinxPartials)
+    return Listener(
+        asr,
+        config=EndpointConfig(end_silence_ms=settings.end_silence_ms),
+        vad=vad,
+        partials=recognizer if recognizer is not None and recognizer.ready else None,
+        asr_language=ctx.lang,
+        hotwords=settings.hotwords,
+        speculative=speculative,
+        clock=clock or loop.time,
+        call_id=ctx.call_id,
+        sustained_ms=settings.barge_in_min_ms if barge_in else None,
+    )
 
 
 def _build_frontend(call_id: str, names: tuple[str, ...]) -> CallerFrontEnd:

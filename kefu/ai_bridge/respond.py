@@ -51,6 +51,8 @@ class Responder:
         """The voice (the pipeline's speech stage; before it is built, the greeting's)."""
         self.text_only = False
         """No speech stage on purpose: answers are published, not spoken."""
+        self.record: Callable[[str, str, str], None] | None = None
+        """``(speaker, text, lang)`` into the call's dialog history: the answers spoken."""
         self.task: asyncio.Task[None] | None = None
         self.handoff: HandoffRequested | None = None
         self._log = log.bind(call_id=call_id)
@@ -93,6 +95,8 @@ class Responder:
                 marks.answer_text = " ".join(spoken)
             bot_line = " ".join(spoken)
             self.publish(Utterance(self.call_id, turn_id, "bot", bot_line, reply.lang, loop.time()))
+            if self.record is not None:
+                self.record("bot", bot_line, reply.lang)
             handoff = ("caller asked", reply.source) if reply.handoff else None
             await self.outbound.put(
                 _EMPTY, self.outbound.sample_rate, mark=("end", turn_id, handoff)

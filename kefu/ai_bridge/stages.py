@@ -22,6 +22,7 @@ dropping the speech stage for a text-only channel) changes the composition only.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
@@ -41,6 +42,7 @@ __all__ = [
     "DialogStage",
     "FrontEndStage",
     "KbDialog",
+    "ListenDriver",
     "ListenStage",
     "Pcm16k",
     "SpeechStage",
@@ -92,6 +94,11 @@ class ListenStage(Protocol):
     @property
     def events(self) -> Lane[ListenEvent]: ...
 
+    @property
+    def turn_id(self) -> int:
+        """The open turn's id, or the last one's when none is open (0: none yet)."""
+        ...
+
     def feed(self, pcm16k: Pcm16k, now: float) -> None: ...
 
     def get_timer(self) -> float | None: ...
@@ -112,6 +119,10 @@ class DialogStage(Protocol):
 
     async def respond(self, turn: CallerTurn) -> Reply: ...
 
+    async def note(self, call_id: str, speaker: str, text: str, lang: str) -> None:
+        """Add a line the dialog did not answer to the call's history (``speaker``: ``caller``,
+        ``bot`` or ``agent``, a human agent during a takeover)."""
+
     async def end_call(self, call_id: str) -> None: ...
 
 
@@ -131,6 +142,44 @@ class SpeechTap(Protocol):
     def __call__(self, chunk: TtsChunk, turn_id: int | None) -> TtsChunk: ...
 
 
+class ListenDriver:
+    """Feeds a :class:`ListenStage` on the event loop and keeps its sans-IO timer armed there
+    (the timer only matters when audio stops arriving: hold, DTX, a muted agent)."""
+
+    def __init__(self, listen: ListenStage) -> None:
+        self.listen = listen
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None
+        self._closed = False
+
+    def feed(self, pcm16k: Pcm16k, now: float) -> None:
+        if self._closed:
+            return
+        self.listen.feed(pcm16k, now)
+        deadline = self.listen.get_timer()
+        if deadline != self._timer_at:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer_at = deadline
+            self._timer = (
+                None
+                if deadline is None
+                else asyncio.get_running_loop().call_at(deadline, self._on_timer)
+            )
+
+    def _on_timer(self) -> None:
+        self._timer, self._timer_at = None, None
+        if not self._closed:
+            self.listen.handle_timer(asyncio.get_running_loop().time())
+
+    def close(self) -> None:
+        """No more feeding; the timer is cancelled."""
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer, self._timer_at = None, None
+
+
 # -- the embedded stages ---------------------------------------------------------------------
 
 
@@ -142,6 +191,9 @@ class KbDialog:
 
     async def respond(self, turn: CallerTurn) -> Reply:
         return await self.manager.respond(turn.call_id, turn.text, lang=turn.lang)
+
+    async def note(self, call_id: str, speaker: str, text: str, lang: str) -> None:
+        await self.manager.note(call_id, speaker, text, lang=lang)
 
     async def end_call(self, call_id: str) -> None:
         await self.manager.end_call(call_id)

@@ -71,16 +71,42 @@ _SYSTEM = {
 }
 
 
+_HISTORY = {
+    "en": (
+        "Conversation so far (a human agent may have handled part of the call: the caller "
+        "heard what they said, so do not contradict it):",
+        {"caller": "Caller", "bot": "You", "agent": "Human agent"},
+    ),
+    "zh": (
+        "此前的对话（人工客服可能接待过这通电话：来电者听到了人工客服说的话，不要与之矛盾）：",
+        {"caller": "来电者", "bot": "你", "agent": "人工客服"},
+    ),
+}
+
+
 def build_messages(
-    question: str, passages: Sequence[KbEntry], lang: str = "en"
+    question: str,
+    passages: Sequence[KbEntry],
+    lang: str = "en",
+    history: Sequence[tuple[str, str]] = (),
 ) -> list[dict[str, str]]:
-    """Grounded chat prompt: the passages are the only allowed source of facts."""
+    """Grounded chat prompt: the passages are the only allowed source of facts.
+
+    ``history`` is the conversation before ``question`` as ``(speaker, text)`` lines
+    (:attr:`kefu.ai_bridge.dialog.state.DialogState.history`); each line is labelled with
+    who said it, so a human agent's words read as theirs, not the assistant's.
+    """
     system = _SYSTEM.get(lang, _SYSTEM["en"]).format(no=NO_ANSWER)
     ctx = "\n\n".join(
         f"[{i}] Q: {p.question}\nA: {p.answer}" for i, p in enumerate(passages, start=1)
     )
+    content = f"{system}\n\nPassages:\n{ctx}"
+    if history:
+        intro, names = _HISTORY.get(lang, _HISTORY["en"])
+        lines = "\n".join(f"{names.get(who, who)}: {text}" for who, text in history)
+        content = f"{content}\n\n{intro}\n{lines}"
     return [
-        {"role": "system", "content": f"{system}\n\nPassages:\n{ctx}"},
+        {"role": "system", "content": content},
         {"role": "user", "content": question},
     ]
 

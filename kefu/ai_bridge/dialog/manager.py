@@ -12,6 +12,10 @@ Decision order for a turn (first match wins):
 8. an LLM, when configured, rephrases from the retrieved passages; if it fails or misses its
    budget before its first sentence, the knowledge-base answer is spoken instead.
 
+Each turn adds the caller's words to the call's history (:attr:`DialogState.history`);
+:meth:`DialogManager.note` adds the lines the dialog did not choose (the bot's spoken answer,
+a human agent's words during a takeover), and the LLM prompt shows them, each as its speaker's.
+
 All CPU work of a turn (embedding, intent, slots, BM25) runs as one executor job; the event
 loop only awaits it, the session store and the LLM stream.
 """
@@ -35,7 +39,7 @@ from .kb import KbEntry, KnowledgeBase
 from .llm import NO_ANSWER, LlmClient, LlmError, build_messages
 from .retrieval import LOW_CONFIDENCE, HybridRetriever, Retriever
 from .slots import display, extract_slots
-from .state import DialogState, MemorySessionStore, SessionStore
+from .state import CallLocks, DialogState, MemorySessionStore, SessionStore
 from .text import detect_lang, split_sentences, warm_up
 
 log = structlog.get_logger(__name__)
@@ -154,6 +158,7 @@ class DialogManager:
         self.today = today
         self.ready = True
         self.error: str | None = None if self.embedder else "embedder unavailable: BM25 only"
+        self._locks = CallLocks()
 
     @classmethod
     def build(
@@ -181,19 +186,31 @@ class DialogManager:
     async def end_call(self, call_id: str) -> None:
         await self.store.delete(call_id)
 
+    async def note(self, call_id: str, speaker: str, text: str, *, lang: str | None = None) -> None:
+        """Add a line the dialog did not produce to the call's history: the bot's spoken
+        answer, what the caller or a human agent said during a takeover (``speaker`` from
+        :data:`~kefu.ai_bridge.dialog.state.SPEAKERS`). Nothing is answered."""
+        async with self._locks(call_id):
+            state = await self.store.get(call_id)
+            if state is None:
+                state = DialogState(call_id=call_id, lang=lang or detect_lang(text))
+            await self.store.put(state.with_line(speaker, text))
+
     async def respond(self, call_id: str, text: str, *, lang: str | None = None) -> Reply:
         t0 = time.perf_counter()
         lang = lang or detect_lang(text)
-        state = await self.store.get(call_id) or DialogState(call_id=call_id, lang=lang)
-        loop = asyncio.get_running_loop()
-        plan = await loop.run_in_executor(self.executor, self._plan, text, lang, state)
-        blog = log.bind(call_id=call_id, turn_id=plan.state.turns)
-        sentences: AsyncIterator[str]
-        if plan.source == "llm":
-            plan, sentences = await self._llm_answer(plan, blog)
-        else:
-            sentences = _iterate(plan.sentences)
-        await self.store.put(plan.state)
+        async with self._locks(call_id):  # a line noted meanwhile is not lost
+            state = await self.store.get(call_id) or DialogState(call_id=call_id, lang=lang)
+            loop = asyncio.get_running_loop()
+            plan = await loop.run_in_executor(self.executor, self._plan, text, lang, state)
+            plan.state = plan.state.with_line("caller", text)
+            blog = log.bind(call_id=call_id, turn_id=plan.state.turns)
+            sentences: AsyncIterator[str]
+            if plan.source == "llm":
+                plan, sentences = await self._llm_answer(plan, state.history, blog)
+            else:
+                sentences = _iterate(plan.sentences)
+            await self.store.put(plan.state)
         chosen_ms = (time.perf_counter() - t0) * 1000
         blog.info(
             "dialog.answer_chosen",
@@ -353,10 +370,13 @@ class DialogManager:
     # --- LLM path ----------------------------------------------------------------------
 
     async def _llm_answer(
-        self, plan: _Plan, blog: structlog.typing.FilteringBoundLogger
+        self,
+        plan: _Plan,
+        history: tuple[tuple[str, str], ...],
+        blog: structlog.typing.FilteringBoundLogger,
     ) -> tuple[_Plan, AsyncIterator[str]]:
         assert self.llm is not None
-        messages = build_messages(plan.query, plan.hits[:3], plan.lang)
+        messages = build_messages(plan.query, plan.hits[:3], plan.lang, history)
         stream = self.llm.stream_sentences(messages)
         # The client enforces the first-token deadline; this outer guard also bounds the wait
         # for the first full sentence so a trickling server cannot stall the turn.

@@ -3,12 +3,15 @@
 ``DialogState`` is an immutable value: each turn computes a new one and stores it, so a turn
 that is cancelled halfway (barge-in) leaves the previous state intact. ``SessionStore`` is
 async so a Redis implementation (redis.asyncio, JSON values with a TTL) can stand behind
-the same protocol; ``MemorySessionStore`` is the in-process default.
+the same protocol; ``MemorySessionStore`` is the in-process default. ``CallLocks`` serialises
+the read-modify-write of one call's state (a turn, a line added to its history).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -16,6 +19,12 @@ from typing import Any, Protocol
 import structlog
 
 log = structlog.get_logger(__name__)
+
+HISTORY_LINES = 24
+"""Lines of the conversation a :class:`DialogState` keeps (the oldest are forgotten)."""
+
+SPEAKERS = ("caller", "bot", "agent")
+"""Who a history line is from: the caller, the AI, a human agent (during a takeover)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +53,16 @@ class DialogState:
     """The bot just offered a human colleague; "yes" means hand off."""
     last_kb_ids: tuple[str, ...] = ()
     """Knowledge-base entries used in the last answer."""
+    history: tuple[tuple[str, str], ...] = ()
+    """The conversation so far as ``(speaker, text)``, oldest first, the last
+    :data:`HISTORY_LINES` only; ``speaker`` is one of :data:`SPEAKERS`, so what a human agent
+    said during a takeover is there, as theirs, when the AI has the call back."""
+
+    def with_line(self, speaker: str, text: str) -> DialogState:
+        """This state with one more line of conversation (``ValueError``: unknown speaker)."""
+        if speaker not in SPEAKERS:
+            raise ValueError(f"unknown speaker {speaker!r}: expected one of {SPEAKERS}")
+        return replace(self, history=(*self.history, (speaker, text))[-HISTORY_LINES:])
 
     def slot_dict(self) -> dict[str, str]:
         return dict(self.slots)
@@ -57,6 +76,7 @@ class DialogState:
         d: dict[str, Any] = {f: getattr(self, f) for f in self.__dataclass_fields__}
         d["slots"] = [list(p) for p in self.slots]
         d["last_kb_ids"] = list(self.last_kb_ids)
+        d["history"] = [list(p) for p in self.history]
         return json.dumps(d, ensure_ascii=False)
 
     @classmethod
@@ -64,8 +84,23 @@ class DialogState:
         d = json.loads(raw)
         d["slots"] = tuple((str(a), str(b)) for a, b in d.get("slots", []))
         d["last_kb_ids"] = tuple(d.get("last_kb_ids", []))
+        d["history"] = tuple((str(a), str(b)) for a, b in d.get("history", []))
         known = cls.__dataclass_fields__
         return cls(**{k: v for k, v in d.items() if k in known})
+
+
+class CallLocks:
+    """One ``asyncio.Lock`` per call id, kept only while a task holds or awaits it (a weak
+    mapping: calls that never end leave nothing behind)."""
+
+    def __init__(self) -> None:
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+
+    def __call__(self, call_id: str) -> asyncio.Lock:
+        lock = self._locks.get(call_id)
+        if lock is None:
+            lock = self._locks[call_id] = asyncio.Lock()
+        return lock
 
 
 class SessionStore(Protocol):

@@ -193,6 +193,11 @@ class Listener:
             self._check_sustained(now)
 
     @property
+    def turn_id(self) -> int:
+        """The open turn's id, or the last one's when none is open (0: none yet)."""
+        return self.endpointer.turn_id
+
+    @property
     def dropped(self) -> int:
         """Partial transcripts a stalled consumer lost (control events are never dropped)."""
         return self.events.dropped

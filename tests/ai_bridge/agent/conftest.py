@@ -28,7 +28,6 @@ from kefu.ai_bridge.services import AiServices, AiSettings  # noqa: E402
 from kefu.codecs.resample import resample  # noqa: E402
 
 CALLER_RATE = 8000
-FRAME = CALLER_RATE // 50
 
 
 def trim(pcm: np.ndarray, threshold: int = 300) -> np.ndarray:
@@ -38,25 +37,29 @@ def trim(pcm: np.ndarray, threshold: int = 300) -> np.ndarray:
 
 
 class FakeCaller(MediaStreamTrack):
-    """8 kHz mono s16, 20 ms frames in real time; silence between what it is told to say."""
+    """8 kHz mono s16 (or ``rate``/``channels``: packed s16, the voice in every channel), 20 ms
+    frames in real time; silence between what it is told to say."""
 
     kind = "audio"
 
-    def __init__(self) -> None:
+    def __init__(self, rate: int = CALLER_RATE, channels: int = 1) -> None:
         super().__init__()
+        self.rate, self.channels, self.frame = rate, channels, rate // 50
         self._buf: deque[np.ndarray] = deque()
         self._pending_starts: deque[int] = deque()  # sample offsets of segment onsets
         self._queued = 0
         self._consumed = 0
         self._anchor: float | None = None
         self._pts = 0
+        self.frames_read = 0
+        """Frames handed to whoever reads this track."""
         self.said_at: list[float] = []
         """Loop time each ``say`` segment's first sample was delivered (its audio time)."""
         self.idle = asyncio.Event()
         self.idle.set()
 
     def say(self, pcm16k: np.ndarray) -> None:
-        pcm = resample(trim(pcm16k), 16000, CALLER_RATE).astype(np.int16)
+        pcm = resample(trim(pcm16k), 16000, self.rate).astype(np.int16)
         self._pending_starts.append(self._consumed + self._queued)
         self._buf.append(pcm)
         self._queued += len(pcm)
@@ -69,16 +72,17 @@ class FakeCaller(MediaStreamTrack):
         if self._anchor is None:
             self._anchor = loop.time()
         else:
-            wait = self._anchor + self._pts / CALLER_RATE - loop.time()
+            wait = self._anchor + self._pts / self.rate - loop.time()
             if wait > 0:
                 await asyncio.sleep(wait)
         if self.readyState != "live":
             raise MediaStreamError
-        out = np.zeros(FRAME, np.int16)
+        size = self.frame
+        out = np.zeros(size, np.int16)
         filled = 0
-        while self._buf and filled < FRAME:
+        while self._buf and filled < size:
             head = self._buf[0]
-            n = min(FRAME - filled, len(head))
+            n = min(size - filled, len(head))
             out[filled : filled + n] = head[:n]
             if n == len(head):
                 self._buf.popleft()
@@ -89,16 +93,19 @@ class FakeCaller(MediaStreamTrack):
         while self._pending_starts and self._pending_starts[0] < self._consumed + filled:
             offset = self._pending_starts.popleft() - self._consumed
             # The frame's audio spans (now - 20 ms, now]: onset time within it.
-            self.said_at.append(now - (FRAME - offset) / CALLER_RATE)
+            self.said_at.append(now - (size - offset) / self.rate)
         self._consumed += filled
         self._queued -= filled
         if not self._buf:
             self.idle.set()
-        frame = av.AudioFrame.from_ndarray(out.reshape(1, -1), format="s16", layout="mono")
-        frame.sample_rate = CALLER_RATE
+        packed = np.repeat(out, self.channels).reshape(1, -1)  # interleaved channels
+        layout = "mono" if self.channels == 1 else "stereo"
+        frame = av.AudioFrame.from_ndarray(packed, format="s16", layout=layout)
+        frame.sample_rate = self.rate
         frame.pts = self._pts
-        frame.time_base = fractions.Fraction(1, CALLER_RATE)
-        self._pts += FRAME
+        frame.time_base = fractions.Fraction(1, self.rate)
+        self._pts += size
+        self.frames_read += 1
         return frame
 
 

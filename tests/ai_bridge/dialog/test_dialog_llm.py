@@ -92,6 +92,25 @@ def test_grounded_prompt_contains_passages_and_refusal_rule() -> None:
     assert "只能根据" in build_messages("多久", [e], "zh")[0]["content"]
 
 
+def test_prompt_shows_the_conversation_with_each_line_as_its_speakers() -> None:
+    e = KbEntry("x", "How long is delivery?", "3 to 5 business days.", lang="en")
+    history = [
+        ("caller", "my parcel is late"),
+        ("agent", "I have upgraded it to express shipping."),
+        ("bot", "Anything else?"),
+    ]
+    system = build_messages("how fast is it now", [e], "en", history)[0]["content"]
+    assert "3 to 5 business days." in system
+    assert system.endswith(
+        "Caller: my parcel is late\n"
+        "Human agent: I have upgraded it to express shipping.\n"
+        "You: Anything else?"
+    )
+    assert "Human agent" not in build_messages("how fast", [e], "en")[0]["content"]
+    zh = build_messages("多久", [e], "zh", [("agent", "已为您加急。")])[0]["content"]
+    assert zh.endswith("人工客服: 已为您加急。")
+
+
 def test_splitter_waits_for_whitespace_after_a_period() -> None:
     sp = SentenceSplitter()
     assert sp.feed("It costs $12") == []

@@ -180,3 +180,39 @@ async def test_low_confidence_never_reaches_the_llm(
         finally:
             await m.llm.close()  # type: ignore[union-attr]
     assert r.source == "fallback" and fake.requests == []
+
+
+async def test_lines_noted_during_a_takeover_reach_the_llm_as_the_agents(
+    manager: DialogManager, llm_server: Any
+) -> None:
+    await manager.note("h1", "caller", "my order has not arrived", lang="en")
+    await manager.note("h1", "agent", "I have re-sent your order by express today.", lang="en")
+    async with llm_server() as fake:
+        m = with_llm(manager, fake.base_url)
+        try:
+            r, s = await say(m, "h1", "How long does delivery take?")
+        finally:
+            await m.llm.close()  # type: ignore[union-attr]
+    assert r.source == "llm" and s[0] == "Standard delivery takes 3 to 5 days."
+    system = fake.requests[0]["messages"][0]["content"]
+    assert system.endswith(
+        "Caller: my order has not arrived\nHuman agent: I have re-sent your order by express today."
+    )
+    state = await manager.store.get("h1")
+    assert state is not None and state.turns == 1
+    assert state.history == (
+        ("caller", "my order has not arrived"),
+        ("agent", "I have re-sent your order by express today."),
+        ("caller", "How long does delivery take?"),
+    )
+
+
+async def test_a_line_noted_while_a_turn_is_planned_is_kept(manager: DialogManager) -> None:
+    turn = asyncio.create_task(manager.respond("h2", "Can I pay with PayPal?"))
+    await asyncio.sleep(0)  # the turn holds the call's state while it plans
+    await manager.note("h2", "agent", "One moment please.", lang="en")
+    reply = await turn
+    await reply.aclose()
+    state = await manager.store.get("h2")
+    assert state is not None
+    assert state.history == (("caller", "Can I pay with PayPal?"), ("agent", "One moment please."))

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from kefu.ai_bridge.dialog.state import DialogState, MemorySessionStore, RedisSessionStore
+import pytest
+
+from kefu.ai_bridge.dialog.state import (
+    HISTORY_LINES,
+    DialogState,
+    MemorySessionStore,
+    RedisSessionStore,
+)
 
 
 def test_state_json_roundtrip_and_slot_merge() -> None:
@@ -52,3 +59,20 @@ async def test_redis_store_roundtrip_with_ttl() -> None:
     assert await store.get("c9") == s
     await store.delete("c9")
     assert await store.get("c9") is None
+
+
+def test_history_keeps_each_speaker_bounded_and_survives_json() -> None:
+    s = DialogState("c2").with_line("caller", "where is my parcel").with_line("bot", "Which order?")
+    s = s.with_line("agent", "I have found it, it arrives tomorrow.")
+    assert s.history == (
+        ("caller", "where is my parcel"),
+        ("bot", "Which order?"),
+        ("agent", "I have found it, it arrives tomorrow."),
+    )
+    assert DialogState.from_json(s.to_json()) == s
+    for i in range(HISTORY_LINES + 5):
+        s = s.with_line("caller", f"line {i}")
+    assert len(s.history) == HISTORY_LINES
+    assert s.history[-1] == ("caller", f"line {HISTORY_LINES + 4}")
+    with pytest.raises(ValueError, match="unknown speaker 'robot'"):
+        s.with_line("robot", "beep")
