@@ -30,6 +30,7 @@ from aiortc.mediastreams import MediaStreamTrack
 from kefu.mediaserver.agent_presence import AgentPresence, tell_caller_agent_lost
 from kefu.mediaserver.call_state import CallState
 from kefu.sfu.api import LocalParticipant, Sfu
+from kefu.sfu.mixer import AudioMixer
 
 if TYPE_CHECKING:
     from kefu.mediaserver.call import Call
@@ -89,7 +90,7 @@ class AgentRoom:
         return cls(room_id, phone, bot, presence)
 
     @property
-    def people(self) -> MediaStreamTrack:
+    def people(self) -> AudioMixer:
         """What the caller hears from the room: every participant but the caller, mixed."""
         return self.phone.mixed_audio
 

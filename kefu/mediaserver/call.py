@@ -129,14 +129,14 @@ class Call:
         second takeover is a conflict naming the owner."""
         if not allowed(self.state, CallInput.TAKEOVER):
             raise CallStateConflict(self.id, self.state.value, "take over", owner=self.owner)
-        self._hold_ai(True)
+        self._hold_ai(True, who)
         self.owner = who
         self.apply(CallInput.TAKEOVER, f"taken over by {who}")
 
     def handback(self, who: str) -> None:
         """The human gives the call back to the AI: its voice resumes, ``ai_active``."""
         self.require(CallInput.HANDBACK, "hand back")
-        self._hold_ai(False)
+        self._hold_ai(False, who)
         self.owner = None
         self.apply(CallInput.HANDBACK, f"handed back by {who}")
 
@@ -164,7 +164,7 @@ class Call:
         self.agent_room = room
         return room
 
-    def _hold_ai(self, held: bool) -> None:
+    def _hold_ai(self, held: bool, who: str) -> None:
         """Hold (or release) the AI agent towards the caller.
 
         The agent pauses (stops answering, drops what it had queued, keeps transcribing the
@@ -183,10 +183,13 @@ class Call:
             return
         if held and self.agent_room is not None:
             self.endpoint.play(self.agent_room.people)
+            # What the caller hears from people is transcribed as the agent's side.
+            agent.hear_agent(self.agent_room.people.taps.open(), who)
         elif held:
             self._held = Silence()
             self.endpoint.play(self._held)
         else:
+            agent.stop_hearing_agent()
             self.endpoint.play(agent.outbound)
             if self._held is not None:
                 self._held.stop()

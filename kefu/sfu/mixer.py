@@ -29,6 +29,7 @@ from numpy.typing import NDArray
 
 from kefu.codecs.opus import OpusDecoder, OpusEncoder
 from kefu.errors import CodecError
+from kefu.rtp.taps import FrameTaps
 from kefu.sfu.forward import DropOldest, OpusPacket, PacketSource, QueueClosed, mono_frame
 
 RATE = 48000
@@ -97,6 +98,8 @@ class AudioMixer(MediaStreamTrack):
         self._max_buffer = RATE * max_buffer_ms // 1000
         self._pacer = RealTimePacer()
         self._gain = 1.0
+        self.taps = FrameTaps()
+        """Extra listeners of the mix (the AI transcribing an agent); :mod:`kefu.rtp.taps`."""
 
     def add_source(self, key: str, source: PacketSource) -> None:
         self.remove_source(key)
@@ -115,6 +118,7 @@ class AudioMixer(MediaStreamTrack):
         for key in list(self._inputs):
             self.remove_source(key)
         super().stop()
+        self.taps.stop()
 
     async def recv(self) -> av.AudioFrame:
         if self.readyState != "live":
@@ -127,7 +131,10 @@ class AudioMixer(MediaStreamTrack):
         if self.readyState != "live":
             raise MediaStreamError
         self.stats.frames += 1
-        return mono_frame(pcm, pts, RATE)
+        frame = mono_frame(pcm, pts, RATE)
+        if self.taps:
+            self.taps.push(frame)
+        return frame
 
     @staticmethod
     def _drain(inp: _Input) -> list[OpusPacket]:

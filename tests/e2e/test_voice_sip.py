@@ -430,6 +430,13 @@ def test_an_agent_takes_over_mid_answer_is_heard_alone_and_hands_back(
     assert "business days" in turns[2]["reply_text"], turns[2]
     assert heard.speech_starts[2] is not None
     assert not heard.voiced_within(back + 1.0, heard.speech_starts[2]), "the AI spoke first"
+    # The AI transcribed the agent's side too, as the agent's.
+    said = [
+        e["text"].lower()
+        for e in one_call(reader.events, result["call_id"])
+        if e["type"] == "transcript.final" and e["speaker"] == "agent"
+    ]
+    assert any("maria" in t for t in said), said
     notes = [t for t in traces(kefu_ai) if t.get("type") == "note"]
     assert any(n["call_id"] == result["call_id"] and n["by"] == "maria" for n in notes), notes
     states = [(c["old"], c["new"]) for c in result["state_changes"]]
