@@ -57,6 +57,12 @@ class FakeAgent:
         assert self.paused, "resumed while not paused"
         self.paused = False
 
+    def stop_hearing_agent(self) -> None:
+        self.hearing = None
+
+    def hear_agent(self, track: Any, who: str) -> None:
+        self.hearing = (track, who)
+
 
 class FakeEndpoint:
     def __init__(self, fail: bool = False) -> None:
