@@ -74,6 +74,12 @@ def main(argv: list[str] | None = None) -> int:
         sub.add_parser("agent", help="an agent takes over a live call: WAV in, WAV out")
     )
 
+    from loadtest import takeover_bench
+
+    takeover_bench.add_arguments(
+        sub.add_parser("takeover", help="agent takeover and hand-back, timed at the SIP caller")
+    )
+
     from loadtest import webrtc_load
 
     webrtc_load.add_arguments(
@@ -131,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         return webrtc.main(args)
     if args.command == "agent":
         return agent_client.main(args)
+    if args.command == "takeover":
+        return takeover_bench.main(args)
     if args.command == "voice":
         return voice.main(args)
     if args.command == "webrtc-load":

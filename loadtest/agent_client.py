@@ -45,7 +45,7 @@ import secrets
 import sys
 import time
 import wave
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -525,10 +525,16 @@ def _ms(later: float | None, earlier: float | None) -> float | None:
 
 
 async def run_agent(
-    opts: Options, *, media_factory: Callable[[np.ndarray], Media] | None = None
+    opts: Options,
+    *,
+    media_factory: Callable[[np.ndarray], Media] | None = None,
+    before_takeover: Callable[[], Awaitable[None]] | None = None,
 ) -> dict[str, Any]:
     """The whole flow; returns the summary (refusals are ``ok: false`` + ``error``, never
-    raised). ``media_factory`` builds the WebRTC leg from the WAV's samples (tests: a fake)."""
+    raised). ``media_factory`` builds the WebRTC leg from the WAV's samples (tests: a fake).
+    ``before_takeover`` (in-process callers such as ``python -m loadtest takeover``) is
+    awaited after the ``listen_s`` sleep, just before the click: it decides the moment of the
+    takeover (an :class:`AgentError` it raises ends the run like any refusal)."""
     import aiohttp
 
     from loadtest.webrtc_client import read_wav, write_wav
@@ -577,6 +583,8 @@ async def run_agent(
             summary["participant"] = joined.get("participant")
             summary["connect_s"] = joined.get("connect_s")
             await asyncio.sleep(opts.listen_s)
+            if before_takeover is not None:
+                await before_takeover()
 
             summary["t_click"] = round(time.time(), 4)
             try:

@@ -35,6 +35,8 @@ from kefu.sfu.forward import DropOldest, OpusPacket, PacketSource, QueueClosed, 
 RATE = 48000
 FRAME = 960  # 20 ms at 48 kHz
 START_FRAMES = 2
+STALE_READ_S = 0.2
+"""A mix not read for this long starts afresh: its inputs' queued audio is dropped."""
 
 
 @dataclass(slots=True)
@@ -74,6 +76,11 @@ class RealTimePacer:
         self.pts = 0
         self._start: float | None = None
 
+    def resync(self) -> None:
+        """Pace from now on (after a pause in reading) instead of catching up at once."""
+        if self._start is not None:
+            self._start = time.monotonic() - (self.pts + self.frame) / self.rate
+
     async def next_pts(self) -> int:
         now = time.monotonic()
         if self._start is None:
@@ -98,6 +105,7 @@ class AudioMixer(MediaStreamTrack):
         self._max_buffer = RATE * max_buffer_ms // 1000
         self._pacer = RealTimePacer()
         self._gain = 1.0
+        self._last_read: float | None = None
         self.taps = FrameTaps()
         """Extra listeners of the mix (the AI transcribing an agent); :mod:`kefu.rtp.taps`."""
 
@@ -123,7 +131,17 @@ class AudioMixer(MediaStreamTrack):
     async def recv(self) -> av.AudioFrame:
         if self.readyState != "live":
             raise MediaStreamError
+        if self._stale():
+            # Nobody read the mix yet, or for a while (a phone call's agent room before a
+            # takeover): what the inputs queued meanwhile is old. Start from what arrives now,
+            # rather than replay it and stay that far behind for the rest of the call.
+            self._pacer.resync()
+            for _, inp in self._inputs.values():
+                self._drain(inp)
+                inp.pcm = np.zeros(0, np.int16)
+                inp.playing = False
         pts = await self._pacer.next_pts()
+        self._last_read = time.monotonic()
         batches = [(entry[1], self._drain(entry[1])) for entry in self._inputs.values()]
         loop = asyncio.get_running_loop()
         # decoding and summing are CPU work: keep them off the event loop
@@ -135,6 +153,10 @@ class AudioMixer(MediaStreamTrack):
         if self.taps:
             self.taps.push(frame)
         return frame
+
+    def _stale(self) -> bool:
+        last = self._last_read
+        return last is None or time.monotonic() - last > STALE_READ_S
 
     @staticmethod
     def _drain(inp: _Input) -> list[OpusPacket]:
