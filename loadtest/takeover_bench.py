@@ -803,35 +803,21 @@ class Settings:
 def timed_client_class() -> type:
     """:class:`loadtest.webrtc_client.WebRtcClient` that also keeps, per received track, every
     frame's arrival (UNIX time) and RMS (aiortc is imported only when a round runs)."""
-    from aiortc.mediastreams import MediaStreamError
-
-    from kefu.codecs.resample import StreamResampler
-    from loadtest.webrtc_client import RATE, WebRtcClient, frame_to_mono
+    from loadtest.webrtc_client import WebRtcClient
 
     class TimedClient(WebRtcClient):
         def __init__(self, **kwargs: Any) -> None:
             super().__init__(**kwargs)
             self.timed: list[list[Frame]] = []
+            self._frames_of: dict[int, list[Frame]] = {}
 
-        async def _record(self, track: Any) -> None:
-            frames: list[Frame] = []
-            self.timed.append(frames)
-            parts = self._recorded.setdefault(id(track), [])
-            resampler: Any = None
-            try:
-                while True:
-                    frame = await track.recv()
-                    now = time.time()
-                    pcm = frame_to_mono(frame)
-                    if len(frames) < self._max_frames:
-                        frames.append((now, rms(pcm)))
-                    if frame.sample_rate != RATE:
-                        resampler = resampler or StreamResampler(frame.sample_rate, RATE)
-                        pcm = np.concatenate(resampler.process(pcm) or [np.zeros(0, np.int16)])
-                    if len(parts) < self._max_frames:
-                        parts.append(pcm)
-            except MediaStreamError:
-                pass
+        def _on_frame(self, track: Any, pcm: np.ndarray) -> None:
+            frames = self._frames_of.get(id(track))
+            if frames is None:
+                frames = self._frames_of[id(track)] = []
+                self.timed.append(frames)
+            if len(frames) < self._max_frames:
+                frames.append((time.time(), rms(pcm)))
 
     return TimedClient
 

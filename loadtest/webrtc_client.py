@@ -401,6 +401,10 @@ class WebRtcClient:
         if track.kind == "audio":
             self._spawn(self._record(track))
 
+    def _on_frame(self, track: MediaStreamTrack, pcm: np.ndarray) -> None:
+        """Called with each received frame (mono, its own rate) as it arrives: a hook for
+        clients that time frames; the base client only records them."""
+
     async def _record(self, track: MediaStreamTrack) -> None:
         parts = self._recorded.setdefault(id(track), [])
         resampler: StreamResampler | None = None
@@ -408,6 +412,7 @@ class WebRtcClient:
             while True:
                 frame = await track.recv()
                 pcm = frame_to_mono(frame)
+                self._on_frame(track, pcm)
                 if frame.sample_rate != RATE:
                     resampler = resampler or StreamResampler(frame.sample_rate, RATE)
                     pcm = np.concatenate(resampler.process(pcm) or [np.zeros(0, np.int16)])
