@@ -525,11 +525,13 @@ async def test_minted_token_is_an_agent_token_for_the_server_s_secret(
 
 
 async def test_unreachable_target(wav: Path, tmp_path: Path) -> None:
+    # A port held bound but not listening: connections are refused, and nobody can take it.
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    opts = Options(target=f"http://127.0.0.1:{port}", wav=wav, record=tmp_path / "h.wav", token="t")
-    summary, _ = await run_fake(opts)
+        target = f"http://127.0.0.1:{port}"
+        opts = Options(target=target, wav=wav, record=tmp_path / "h.wav", token="t")
+        summary, _ = await run_fake(opts)
     assert summary["error"]["code"] == "unreachable" and summary["error"]["step"] == "calls"
 
 
