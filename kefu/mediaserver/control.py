@@ -19,9 +19,11 @@ from kefu.errors import CallStateConflict
 from kefu.mediaserver.call_state import CallState
 from kefu.mediaserver.events import AgentNote, event_json
 from kefu.mediaserver.room_calls import ROOM_CALL_PREFIX
+from kefu.mediaserver.worker_link import WorkerLink
 from kefu.signaling.api_access import TransferAllowList
 from kefu.signaling.events_ws import EventStream, add_event_routes
 from kefu.signaling.http import build_app
+from kefu.signaling.shards import FRONT
 
 if TYPE_CHECKING:
     from kefu.mediaserver.server import KefuServer
@@ -83,13 +85,27 @@ class CallControl:
         """Agents and supervisors with a workbench open (reading ``/api/events``) here."""
         return self.events.agents_online() if self.events is not None else 0
 
+    @property
+    def _link(self) -> WorkerLink:
+        link = self.server.worker_link
+        assert link is not None
+        return link
+
     # --- calls -------------------------------------------------------------------------------
 
-    def list_calls(self) -> list[dict[str, Any]]:
+    async def list_calls(self) -> list[dict[str, Any]]:
+        """This process's calls, and those its room workers host."""
         queue = self.server.agent_queue
         calls = [call.summary() for call in self.server.calls.values()]
         calls += [call.summary() for call in self.server.rooms.calls.values()]
-        return [{**c, "waiting_since": queue.since(c["call_id"])} for c in calls]
+        calls = [{**c, "waiting_since": queue.since(c["call_id"])} for c in calls]
+        link = self.server.worker_link
+        return calls + (await link.calls() if link is not None else [])
+
+    def _remote(self, call_id: str) -> bool:
+        """``call_id`` is a web call one of this front's room workers hosts."""
+        link = self.server.worker_link
+        return link is not None and link.shard_for(call_id) != FRONT
 
     def transfer(self, call_id: str, target: str | None) -> None:
         """REFER the call (ValueError: bad target; CallStateConflict: wrong state)."""
@@ -101,6 +117,8 @@ class CallControl:
     async def listen(self, call_id: str, who: str = "api") -> dict[str, Any]:
         """Open the call's agent room (idempotent) so agents can join it and listen in; a
         web caller's call is its own room."""
+        if self._remote(call_id):
+            return await self._link.act(call_id, "listen", who)
         if call_id.startswith(ROOM_CALL_PREFIX):
             room_call = self.server.rooms.call(call_id)
             if room_call.state not in (CallState.AI_ACTIVE, CallState.HUMAN_ACTIVE):
@@ -115,6 +133,8 @@ class CallControl:
     async def takeover(self, call_id: str, who: str = "api") -> dict[str, Any]:
         """A human takes the call from the AI (CallStateConflict unless ``ai_active``): the
         caller hears the agent room from now on."""
+        if self._remote(call_id):
+            return await self._link.act(call_id, "takeover", who)
         if call_id.startswith(ROOM_CALL_PREFIX):
             room_call = self.server.rooms.call(call_id)
             room_call.takeover(who)
@@ -128,14 +148,21 @@ class CallControl:
         call.takeover(who)  # the state is checked again: of two agents exactly one wins
         return {"room": room.room_id}
 
-    def note(self, call_id: str, who: str, text: str) -> None:
-        """An agent's note about a live call: on the bus (workbenches, interaction log)."""
-        if not any(c["call_id"] == call_id for c in self.list_calls()):
+    async def note(self, call_id: str, who: str, text: str) -> None:
+        """An agent's note about a live call: on the bus of the process hosting the call
+        (workbenches, interaction log)."""
+        if self._remote(call_id):
+            await self._link.act(call_id, "note", who, text)
+            return
+        s = self.server
+        if call_id not in s.rooms.calls and not any(c.id == call_id for c in s.calls.values()):
             raise KeyError(call_id)
-        self.server.bus.publish(AgentNote(call_id, time.time(), who, text))
+        s.bus.publish(AgentNote(call_id, time.time(), who, text))
 
-    def handback(self, call_id: str, who: str = "api") -> dict[str, Any]:
+    async def handback(self, call_id: str, who: str = "api") -> dict[str, Any]:
         """The human gives the call back to the AI (CallStateConflict unless ``human_active``)."""
+        if self._remote(call_id):
+            return await self._link.act(call_id, "handback", who)
         if call_id.startswith(ROOM_CALL_PREFIX):
             self.server.rooms.call(call_id).handback(who)
             return {}

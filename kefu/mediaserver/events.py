@@ -98,6 +98,15 @@ class CallEnded(CallEvent):
 
 
 @dataclass(frozen=True, slots=True)
+class RelayedEvent(CallEvent):
+    """An event of a call a room worker hosts, in the JSON form the worker wrote
+    (:mod:`kefu.mediaserver.worker_link`): the front's readers get it as it was; the front's
+    sinks (metrics, interaction log) skip it, the worker's own already counted it."""
+
+    body: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
 class EventType:
     """How one event class is written on the wire."""
 
@@ -150,6 +159,8 @@ def event_json(event: object, *, now: float | None = None) -> dict[str, Any]:
     between ``time.time()`` and ``time.monotonic()`` (the clock of asyncio's and uvloop's
     ``loop.time()``).
     """
+    if isinstance(event, RelayedEvent):
+        return dict(event.body)
     kind = EVENT_TYPES[type(event)]
     assert is_dataclass(event) and not isinstance(event, type)
     wall = time.time() if now is None else now

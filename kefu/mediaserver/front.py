@@ -3,7 +3,8 @@
 It listens for the SIP trunk, serves HTTP (health, metrics, the call API, ``/api/events``,
 the caller page and signaling), hosts room shard 0 itself, and with ``webrtc.room_workers``
 above one starts and supervises the room workers (:mod:`kefu.mediaserver.room_workers`),
-relaying each room's signaling WebSocket to the process hosting it.
+relaying each room's signaling WebSocket to the process hosting it, and showing the calls
+the workers host as its own (:mod:`kefu.mediaserver.worker_link`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from aiohttp import web
 
 from kefu.mediaserver.agent_room import AGENT_ROOM_PREFIX
 from kefu.mediaserver.room_workers import RoomWorkers
+from kefu.mediaserver.worker_link import WorkerLink
 from kefu.signaling.relay import ShardRelay
 from kefu.signaling.shards import ShardRouter
 from kefu.signaling.ws import READ_LIMIT, add_signaling_routes
@@ -35,6 +37,8 @@ async def start_front(server: KefuServer) -> None:
         workers = RoomWorkers(config, server.shards - 1, uvloop_ok=server.uvloop_ok)
         server.room_workers = workers
         await workers.start()
+        server.worker_link = WorkerLink(workers, server.bus, server.shards)
+        server.worker_link.start()
         router = ShardRouter(
             server.shards,
             pinned=server.sip_rooms,

@@ -1,7 +1,8 @@
 """A room worker process: one ``KefuServer`` with ``worker=WorkerSpec(...)``.
 
 It serves WebRTC rooms only: no SIP listener, HTTP on the Unix socket the front relays
-signaling to, plus a status path the front polls. The front's side of this — spawning,
+signaling to, plus a status path the front polls and its calls' events and actions for the
+front (:mod:`kefu.mediaserver.worker_api`). The front's side of this — spawning,
 restarting and polling the workers — is :mod:`kefu.mediaserver.room_workers`.
 """
 
@@ -15,6 +16,7 @@ import structlog
 from aiohttp import web
 
 from kefu.mediaserver.room_workers import STATUS_PATH, WorkerSpec, wait_exited
+from kefu.mediaserver.worker_api import add_worker_routes
 from kefu.signaling.ws import add_signaling_routes, key_matches
 
 if TYPE_CHECKING:
@@ -38,6 +40,7 @@ async def start_room_worker(server: KefuServer, spec: WorkerSpec) -> None:
         )
 
     app.router.add_get(STATUS_PATH, status)
+    add_worker_routes(app, server, spec.key)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     server.http = runner
     await runner.setup()

@@ -121,6 +121,10 @@ class RoomWorkers:
             return None
         return worker.spec.socket_path
 
+    def socket_path(self, shard: int) -> str:
+        """Where ``shard``'s worker serves (whether or not it is up)."""
+        return self._workers[shard - 1].spec.socket_path
+
     @property
     def all_ready(self) -> bool:
         return all(self.socket_for(w.spec.shard) for w in self._workers)

@@ -45,6 +45,7 @@ from kefu.mediaserver.room_workers import RoomWorkers, WorkerSpec
 from kefu.mediaserver.rooms import RoomService
 from kefu.mediaserver.sip_dispatch import SipDispatch, transfer_target
 from kefu.mediaserver.tasks import ServerTasks
+from kefu.mediaserver.worker_link import WorkerLink
 from kefu.rtp.ports import PortAllocator
 from kefu.sfu.api import PeerSettings, Sfu
 from kefu.signaling.hub import SignalingHub
@@ -74,6 +75,8 @@ class KefuServer:
         self.uvloop_ok = uvloop_ok
         self.room_workers: RoomWorkers | None = None
         self.relay: ShardRelay | None = None
+        self.worker_link: WorkerLink | None = None
+        """The front's view of the calls its room workers host (None: no workers)."""
         self.http: web.AppRunner | None = None
         self.sip_address: tuple[str, int] | None = None
         self.http_address: tuple[str, int] | None = None
@@ -198,6 +201,8 @@ class KefuServer:
         await self.lifecycle.end_all("shutdown")
         self.agent_queue.close()
         await self.sip.close()
+        if self.worker_link is not None:
+            await self.worker_link.close()
         if self.room_workers is not None:
             # Workers first: their hubs say bye (shutdown) through the relays still open.
             await self.room_workers.close(self.config.calls.drain_timeout + 5.0)
@@ -228,8 +233,8 @@ class KefuServer:
     def metrics_text(self) -> bytes:
         return self.control.metrics_text()
 
-    def list_calls(self) -> list[dict[str, Any]]:
-        return self.control.list_calls()
+    async def list_calls(self) -> list[dict[str, Any]]:
+        return await self.control.list_calls()
 
     def transfer(self, call_id: str, target: str | None) -> None:
         self.control.transfer(call_id, target)
@@ -243,8 +248,8 @@ class KefuServer:
     async def takeover(self, call_id: str, who: str = "api") -> dict[str, Any]:
         return await self.control.takeover(call_id, who)
 
-    def handback(self, call_id: str, who: str = "api") -> dict[str, Any]:
-        return self.control.handback(call_id, who)
+    async def handback(self, call_id: str, who: str = "api") -> dict[str, Any]:
+        return await self.control.handback(call_id, who)
 
     def _http_app(self) -> web.Application:
         return self.control.http_app()

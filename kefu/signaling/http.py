@@ -42,14 +42,15 @@ log = structlog.get_logger("kefu.api")
 class Control(Protocol):
     def ready(self) -> tuple[bool, dict[str, Any]]: ...
     def metrics_text(self) -> bytes: ...
-    def list_calls(self) -> list[dict[str, Any]]: ...
+    # list_calls and note may be coroutines too.
+    def list_calls(self) -> Any: ...
     def transfer(self, call_id: str, target: str | None) -> None: ...
     def hangup(self, call_id: str) -> None: ...
     # The call-switching operations may be coroutines; a dict result joins the response.
     def takeover(self, call_id: str, who: str) -> Any: ...
     def handback(self, call_id: str, who: str) -> Any: ...
     def listen(self, call_id: str, who: str) -> Any: ...
-    def note(self, call_id: str, who: str, text: str) -> None: ...
+    def note(self, call_id: str, who: str, text: str) -> Any: ...
 
 
 def error_response(status: int, code: str, message: str, **extra: Any) -> web.Response:
@@ -148,7 +149,10 @@ def build_app(
         return response
 
     async def calls(_: web.Request) -> web.Response:
-        return web.json_response({"calls": control.list_calls()})
+        listed = control.list_calls()
+        if inspect.isawaitable(listed):
+            listed = await listed
+        return web.json_response({"calls": listed})
 
     async def transfer(request: web.Request) -> web.Response:
         call_id = request.match_info["call_id"]
@@ -202,7 +206,9 @@ def build_app(
             audit(request, "note", call_id, "bad_request")
             return _error(400, "bad_request", f'expected {{"text": "..."}} of 1-{MAX_NOTE} chars')
         try:
-            control.note(call_id, request[CLAIMS_KEY].user, text)
+            noted = control.note(call_id, request[CLAIMS_KEY].user, text)
+            if inspect.isawaitable(noted):
+                await noted
         except KeyError:
             audit(request, "note", call_id, "unknown_call")
             return _error(404, "unknown_call", "no such call")

@@ -1,10 +1,12 @@
 """A customer in headless Chromium asks the room's AI bot a spoken question.
 
 Chromium's fake microphone plays a WAV (silence while the greeting plays, then a piper-spoken
-question, then silence); the caller page joins a fresh room, kefu's AI bot answers it. Checked:
+question, then silence); the caller page joins a fresh room, which kefu's front hands to its
+room worker, and the worker's AI bot answers it. Checked:
 what the page played (tapped in the page by the driver, ``record=True``) is the bot saying the
 knowledge base's answer (Whisper transcript of it), and the bot's answer reached the page over
-the room's data channel with the same key words.
+the room's data channel with the same key words, and the front showed the worker's call on
+``/api/events`` and ``GET /api/calls``.
 
 Run inside a private network namespace:
 ``unshare -n sh -c 'ip link set lo up && KEFU_NETNS=1 python3 -m pytest tests/e2e -q'``.
@@ -12,7 +14,10 @@ Run inside a private network namespace:
 
 from __future__ import annotations
 
+import json
 import secrets
+import threading
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +26,7 @@ from browser.chromium import heard, kefu_env, page_url, require_chromium, run_dr
 from conftest import start_kefu
 from helpers.events_reader import EventsReader, one_call
 
+from kefu.signaling.shards import shard_of
 from loadtest.pcap import write_wav
 from loadtest.voice import VOICED_RMS
 
@@ -84,6 +90,24 @@ def transcript(tracks: list[np.ndarray]) -> list[str]:
     return texts
 
 
+def worker_room() -> str:
+    """A fresh room id that the front hands to its room worker (shard 1 of 2)."""
+    while True:
+        room = f"ai-{secrets.token_hex(3)}"
+        if shard_of(room, 2) == 1:
+            return room
+
+
+def calls_once(http: str, reader: EventsReader) -> list[dict[str, object]]:
+    """``GET /api/calls`` as the supervisor, once the call has started."""
+    reader.wait_for("call.started", 90)
+    request = urllib.request.Request(
+        f"{http}/api/calls", headers={"Authorization": f"Bearer {reader.token}"}
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return list(json.loads(response.read())["calls"])
+
+
 # Generous: on a loaded 2-core box kefu's models (and then Whisper's) take minutes to load.
 @pytest.mark.timeout(360)
 def test_browser_customer_hears_the_bot_answer_and_sees_its_text(tmp_path: Path) -> None:
@@ -93,12 +117,18 @@ def test_browser_customer_hears_the_bot_answer_and_sees_its_text(tmp_path: Path)
         tmp_path,
         KEFU_CALLS_MEDIA_MODE="ai",
         KEFU_AI_INTERACTION_LOG=str(tmp_path / "interactions.jsonl"),
+        # One room worker besides the front (a 2-core box's default): the room is the
+        # worker's, and the front still shows its call to supervisors and the workbench.
+        KEFU_WEBRTC_ROOM_WORKERS="2",
     )
     kefu = start_kefu(tmp_path, env=env)
+    listed: list[dict[str, object]] = []
     try:
-        room = f"ai-{secrets.token_hex(3)}"
+        room = worker_room()
         url = page_url(kefu.http, token=token(secret, room), room=room)
         with EventsReader(kefu.http, secret) as reader:  # a supervisor watching every call
+            lister = threading.Thread(target=lambda: listed.extend(calls_once(kefu.http, reader)))
+            lister.start()
             result = run_driver(
                 tmp_path,
                 [{"url": url, "wav": str(wav)}],
@@ -107,8 +137,11 @@ def test_browser_customer_hears_the_bot_answer_and_sees_its_text(tmp_path: Path)
                 timeout_s=90,
                 record=True,
             )
+            lister.join(30)
     finally:
         kefu.stop()
+    # GET /api/calls on the front listed the call its worker hosted.
+    assert [(c["call_id"], c["channel"]) for c in listed] == [(f"room:{room}", "webrtc")], listed
     caller = result["callers"][0]
     assert caller["state"] == "in-call", caller
     # The browser played the bot speaking the answer: Whisper hears its words in the audio.

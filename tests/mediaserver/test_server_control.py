@@ -144,14 +144,14 @@ async def test_takeover_then_a_refused_transfer_returns_the_call_to_the_human(
     trunk = await trunk_socket()
     call, _ = await answered_call(server, trunk, "takeover-1")
     with pytest.raises(CallStateConflict) as info:
-        server.handback(call.id)  # the AI has it already
+        await server.handback(call.id)  # the AI has it already
     assert info.value.state == "ai_active" and call.state is CallState.AI_ACTIVE
     assert await server.takeover(call.id, "bob") == {"room": f"call:{call.id}"}
     assert call.state is CallState.HUMAN_ACTIVE and call.owner == "bob"
     with pytest.raises(CallStateConflict) as info:
         await server.takeover(call.id, "sue")
     assert info.value.owner == "bob" and call.owner == "bob"
-    summary = server.list_calls()[0]
+    summary = (await server.list_calls())[0]
     assert (summary["room"], summary["owner"], summary["channel"]) == (
         f"call:{call.id}",
         "bob",
@@ -174,7 +174,7 @@ async def test_takeover_then_a_refused_transfer_returns_the_call_to_the_human(
     )
     assert call.state is CallState.HUMAN_ACTIVE
     assert call.transfer_target == "sip:queue@vcc"
-    server.handback(call.id, "bob")
+    await server.handback(call.id, "bob")
     assert call.state is CallState.AI_ACTIVE
 
 
@@ -231,12 +231,12 @@ async def test_a_handoff_waits_for_a_signed_in_agent_and_transfers_when_nobody_i
     server._handoff(first, "caller asked")
     wait = await asyncio.wait_for(waits.queue.get(), 3.0)
     assert isinstance(wait, AgentWait) and (wait.call_id, wait.waiting) == (first.id, True)
-    (listed,) = server.list_calls()
+    (listed,) = await server.list_calls()
     assert listed["waiting_since"] is not None and first.state is CallState.AI_ACTIVE
     await server.takeover(first.id, "ann")  # any agent picks it: the wait is over
     done = await asyncio.wait_for(waits.queue.get(), 3.0)
     assert isinstance(done, AgentWait) and (done.waiting, done.outcome) == (False, "taken")
-    assert server.list_calls()[0]["waiting_since"] is None
+    assert (await server.list_calls())[0]["waiting_since"] is None
     with pytest.raises(asyncio.TimeoutError):
         await next_request(trunk, "REFER", wait=0.3)
 

@@ -131,7 +131,7 @@ async def test_echo_call_round_trip(server: KefuServer) -> None:
     spectrum = np.abs(np.fft.rfft(echo))
     peak_hz = np.argmax(spectrum) * 8000 / len(echo)
     assert abs(peak_hz - 440) < 10
-    calls = server.list_calls()
+    calls = await server.list_calls()
     assert calls[0]["codec"] == "PCMU" and calls[0]["state"] == "ai_active"
     phone.send_dtmf("7")
     await until(lambda: 'kefu_dtmf_total{source="rfc4733"} 1.0' in server.metrics_text().decode())
