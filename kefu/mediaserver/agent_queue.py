@@ -6,7 +6,9 @@ call waits for one of them: it is listed with ``waiting_since`` in ``GET /api/ca
 ``call.agent_wait`` event announces it, and the AI keeps helping meanwhile. Any agent picks it
 by taking it over. After ``calls.agent_wait_s`` without an agent the fallback runs (a REFER
 to ``sip.transfer_target`` when one is configured; otherwise the AI keeps the call). With no
-agent signed in the fallback runs at once.
+agent signed in the fallback runs at once. A web caller's call (``room:<id>``) queues the same
+way; its fallback is the AI telling the caller that nobody is free and that it stays with them
+(:data:`NO_AGENT`).
 
 The queue is a reader of the event bus: a takeover (``human_active``) or the call's end take
 the call out of it, whoever caused them.
@@ -18,16 +20,31 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import structlog
 
 from kefu.mediaserver.events import AgentWait, CallEnded, CallStateChanged
 
-if TYPE_CHECKING:
-    from kefu.mediaserver.call import Call
-
 log = structlog.get_logger("kefu.agent_queue")
+
+NO_AGENT = {
+    "en": "All of my colleagues are busy right now, so I'll stay with you. "
+    "You can keep asking me, or try again a little later.",
+    "zh": "人工客服现在都在忙，我会继续为您服务。您可以继续问我，或者稍后再试。",
+}
+"""What the AI tells a web caller when no agent can take the call."""
+
+
+class Call(Protocol):
+    """What the queue needs of a call: a phone call (:class:`kefu.mediaserver.call.Call`)
+    or a web caller's (:class:`kefu.mediaserver.room_calls.RoomCall`)."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def log(self) -> Any: ...
 
 
 @dataclass(eq=False)
@@ -106,3 +123,9 @@ class AgentQueue:
         for waiting in self._waiting.values():
             waiting.timer.cancel()
         self._waiting.clear()
+
+
+def tell_caller_no_agent(agent: Any, spawn: Callable[[Any, str], Any]) -> None:
+    """The AI (a CallAgent) tells a web caller nobody is free and it stays with them."""
+    text = NO_AGENT["zh" if agent.lang == "zh" else "en"]
+    spawn(agent.responder.say(text, None), "no-agent")

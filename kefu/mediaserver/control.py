@@ -35,6 +35,8 @@ class CallControl:
     def __init__(self, server: KefuServer) -> None:
         self.server = server
         self.events: EventStream | None = None
+        self.front_agents = 0
+        """In a room worker: the agents signed in at the front (told on each status poll)."""
 
     def ready(self) -> tuple[bool, dict[str, Any]]:
         s = self.server
@@ -82,8 +84,10 @@ class CallControl:
         return app
 
     def agents_online(self) -> int:
-        """Agents and supervisors with a workbench open (reading ``/api/events``) here."""
-        return self.events.agents_online() if self.events is not None else 0
+        """Agents and supervisors with a workbench open (reading ``/api/events``) here, or,
+        in a room worker, at its front."""
+        here = self.events.agents_online() if self.events is not None else 0
+        return here + self.front_agents
 
     @property
     def _link(self) -> WorkerLink:

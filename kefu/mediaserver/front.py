@@ -36,6 +36,7 @@ async def start_front(server: KefuServer) -> None:
     if server.shards > 1:
         workers = RoomWorkers(config, server.shards - 1, uvloop_ok=server.uvloop_ok)
         server.room_workers = workers
+        workers.agents_online = server.control.agents_online
         await workers.start()
         server.worker_link = WorkerLink(workers, server.bus, server.shards)
         server.worker_link.start()

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import structlog
 from aiohttp import web
 
-from kefu.mediaserver.room_workers import STATUS_PATH, WorkerSpec, wait_exited
+from kefu.mediaserver.room_workers import AGENTS_HEADER, STATUS_PATH, WorkerSpec, wait_exited
 from kefu.mediaserver.worker_api import add_worker_routes
 from kefu.signaling.ws import add_signaling_routes, key_matches
 
@@ -34,6 +34,8 @@ async def start_room_worker(server: KefuServer, spec: WorkerSpec) -> None:
     async def status(request: web.Request) -> web.Response:
         if not key_matches(request, spec.key):
             return web.json_response({"error": {"code": "forbidden"}}, status=403)
+        agents = request.headers.get(AGENTS_HEADER, "0")
+        server.control.front_agents = int(agents) if agents.isdigit() else 0
         ready, _ = server.ready()
         return web.json_response(
             {"ready": ready, "pid": os.getpid(), "sfu": server.rooms.sfu.stats()}

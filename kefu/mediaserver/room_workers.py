@@ -25,6 +25,7 @@ import shutil
 import signal
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.process import BaseProcess
 from typing import Any
@@ -35,12 +36,22 @@ import structlog
 from kefu.mediaserver.config import Config
 from kefu.signaling.relay import RELAY_KEY_HEADER
 
-__all__ = ["STATUS_PATH", "RoomWorkers", "WorkerSpec", "wait_exited", "worker_main"]
+__all__ = [
+    "AGENTS_HEADER",
+    "STATUS_PATH",
+    "RoomWorkers",
+    "WorkerSpec",
+    "wait_exited",
+    "worker_main",
+]
 
 log = structlog.get_logger("kefu.room_workers")
 
 STATUS_PATH = "/internal/room-worker"
 """A worker's JSON status for the front: ready, pid, SFU counters (relay key required)."""
+AGENTS_HEADER = "X-Kefu-Agents-Online"
+"""On each status poll: agents signed in at the front (a worker's web calls may wait for
+them, :mod:`kefu.mediaserver.agent_queue`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +120,8 @@ class RoomWorkers:
         ]
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = False
+        self.agents_online: Callable[[], int] = lambda: 0
+        """The front's count of signed-in agents, told to every worker each poll."""
 
     # --- what the front asks --------------------------------------------------------------
 
@@ -247,7 +260,8 @@ class RoomWorkers:
             )
         try:
             async with worker.http.get(
-                f"http://room-worker{STATUS_PATH}", headers={RELAY_KEY_HEADER: self.key}
+                f"http://room-worker{STATUS_PATH}",
+                headers={RELAY_KEY_HEADER: self.key, AGENTS_HEADER: str(self.agents_online())},
             ) as response:
                 return dict(await response.json()) if response.status == 200 else {}
         except (TimeoutError, aiohttp.ClientError, OSError, ValueError):

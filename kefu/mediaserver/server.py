@@ -29,10 +29,13 @@ from typing import Any
 import structlog
 from aiohttp import web
 
+from kefu.ai_bridge.events import HandoffRequested
 from kefu.ai_bridge.services import AiServices
-from kefu.mediaserver.agent_queue import AgentQueue
+from kefu.mediaserver.agent_queue import AgentQueue, tell_caller_no_agent
+from kefu.mediaserver.agent_queue import Call as QueuedCall
 from kefu.mediaserver.bus import EventBus
 from kefu.mediaserver.call import Call
+from kefu.mediaserver.call_state import CallState
 from kefu.mediaserver.calls import CallLifecycle
 from kefu.mediaserver.config import Config, jwt_secret
 from kefu.mediaserver.control import CallControl
@@ -40,6 +43,7 @@ from kefu.mediaserver.front import start_front
 from kefu.mediaserver.logs import configure_logging
 from kefu.mediaserver.media_modes import MediaModes
 from kefu.mediaserver.metrics import Metrics
+from kefu.mediaserver.room_calls import RoomCall
 from kefu.mediaserver.room_worker import start_room_worker, stop_when_orphaned
 from kefu.mediaserver.room_workers import RoomWorkers, WorkerSpec
 from kefu.mediaserver.rooms import RoomService
@@ -132,9 +136,10 @@ class KefuServer:
             self.bus.publish,
             agents_online=self.control.agents_online,
             wait_s=config.calls.agent_wait_s,
-            fallback=self.dispatch.handoff,
+            fallback=self._no_agent,
         )
         self.bus.attach(self.agent_queue.read)
+        self.bus.attach(self._room_handoff)
 
     # --- what tests, the CLI and the control surface read -------------------------------------
 
@@ -171,6 +176,21 @@ class KefuServer:
     def _handoff(self, call: Call, reason: str) -> None:
         """The AI asked for a human: wait for an agent on the workbench, else transfer."""
         self.agent_queue.request(call, reason)
+
+    def _room_handoff(self, event: object) -> None:
+        """A bus sink: a web caller's AI asked for a human (the call hosted here waits)."""
+        if isinstance(event, HandoffRequested):
+            room_call = self.rooms.calls.get(event.call_id)
+            if room_call is not None and room_call.state is CallState.AI_ACTIVE:
+                self.agent_queue.request(room_call, event.reason)
+
+    def _no_agent(self, call: QueuedCall) -> None:
+        """Nobody can take ``call``: a phone call goes to the queue's SIP target, a web
+        caller is told the AI stays with them."""
+        if isinstance(call, Call):
+            self.dispatch.handoff(call)
+        elif isinstance(call, RoomCall) and call.state is CallState.AI_ACTIVE:
+            tell_caller_no_agent(call.agent, call.spawn)
 
     # --- life cycle --------------------------------------------------------------------------
 

@@ -1,0 +1,92 @@
+"""A web caller who asks for a person waits for an agent like a phone caller, and is told when
+nobody can come (the AI stays with them)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiortc.mediastreams import MediaStreamTrack
+
+from kefu.ai_bridge.events import HandoffRequested
+from kefu.mediaserver.agent_queue import NO_AGENT
+from kefu.mediaserver.config import load_config
+from kefu.mediaserver.events import AgentWait
+from kefu.mediaserver.server import KefuServer
+from loadtest.peers import take_ports
+from tests.mediaserver.test_room_channel import PausableAgent, until
+
+pytestmark = pytest.mark.netns
+
+
+@pytest.fixture
+async def server(tmp_path: Path) -> AsyncIterator[KefuServer]:
+    rtp = take_ports(20, even=True)
+    config = load_config(
+        environ={},
+        overrides={
+            "sip": {"listen": "127.0.0.1:0"},
+            "http": {"listen": "127.0.0.1:0"},
+            "rtp": {"ports": f"{rtp}-{rtp + 19}"},
+            "calls": {"media_mode": "echo", "agent_wait_s": 0.5},
+            "webrtc": {"room_workers": 1},
+            "server": {"state_dir": str(tmp_path)},
+        },
+    )
+    srv = KefuServer(config)
+    await srv.start()
+    yield srv
+    await srv.stop()
+
+
+async def web_call(server: KefuServer, room: str) -> PausableAgent:
+    agents: list[PausableAgent] = []
+
+    def make_bot(room_id: str, hears: MediaStreamTrack, publish: Any) -> PausableAgent:
+        agents.append(PausableAgent(publish))
+        return agents[-1]
+
+    server.rooms.make_bot = make_bot
+    await server.rooms.join(room, "carol", role="customer")
+    return agents[0]
+
+
+async def test_with_nobody_signed_in_the_ai_says_it_stays(server: KefuServer) -> None:
+    waits = server.bus.subscribe(lambda e: isinstance(e, AgentWait))
+    agent = await web_call(server, "help-1")
+    server.bus.publish(HandoffRequested("room:help-1", "caller asked"))
+    await until(lambda: bool(agent.said))
+    assert agent.said == [NO_AGENT["en"]]
+    assert waits.queue.empty()  # it never waited: there was nobody to wait for
+    (listed,) = await server.list_calls()
+    assert (listed["state"], listed["waiting_since"]) == ("ai_active", None)
+
+
+async def test_a_waiting_web_call_is_picked_or_told_when_the_wait_runs_out(
+    server: KefuServer,
+) -> None:
+    server.agent_queue.agents_online = lambda: 1
+    waits = server.bus.subscribe(lambda e: isinstance(e, AgentWait))
+    first = await web_call(server, "help-2")
+    server.bus.publish(HandoffRequested("room:help-2", "caller asked"))
+    wait = await asyncio.wait_for(waits.queue.get(), 3.0)
+    assert isinstance(wait, AgentWait)
+    assert (wait.call_id, wait.waiting, wait.position) == ("room:help-2", True, 1)
+    (listed,) = await server.list_calls()
+    assert listed["waiting_since"] is not None
+    await server.takeover("room:help-2", "ann")  # an agent picks it: the wait is over
+    done = await asyncio.wait_for(waits.queue.get(), 3.0)
+    assert isinstance(done, AgentWait) and (done.waiting, done.outcome) == (False, "taken")
+    assert first.said == [] and first.floor == ["pause"]
+
+    second = await web_call(server, "help-3")
+    server.bus.publish(HandoffRequested("room:help-3", "caller asked"))
+    wait = await asyncio.wait_for(waits.queue.get(), 3.0)
+    assert isinstance(wait, AgentWait) and wait.call_id == "room:help-3"
+    done = await asyncio.wait_for(waits.queue.get(), 3.0)  # calls.agent_wait_s = 0.5
+    assert isinstance(done, AgentWait) and (done.waiting, done.outcome) == (False, "timeout")
+    await until(lambda: bool(second.said))
+    assert second.said == [NO_AGENT["en"]]
