@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from kefu.errors import CallStateConflict
+from kefu.mediaserver.assign import HeldCall, assign, holds
 from kefu.mediaserver.call_state import CallState
 from kefu.mediaserver.events import AgentNote, event_json
 from kefu.mediaserver.room_calls import ROOM_CALL_PREFIX
@@ -141,9 +142,15 @@ class CallControl:
             return await self._link.act(call_id, "takeover", who)
         if call_id.startswith(ROOM_CALL_PREFIX):
             room_call = self.server.rooms.call(call_id)
-            room_call.takeover(who)
+            if not holds(room_call, who):  # an agent a call was passed to: just join it
+                room_call.takeover(who)
             return {"room": room_call.room_id}
         call = self.server.lifecycle.by_id(call_id)
+        if holds(call, who):
+            room = await call.open_agent_room(
+                self.server.rooms.sfu, grace_s=self.server.config.calls.agent_grace_s
+            )
+            return {"room": room.room_id}
         if call.state is not CallState.AI_ACTIVE:  # refuse before opening anything
             call.takeover(who)
         room = await call.open_agent_room(
@@ -156,12 +163,28 @@ class CallControl:
         """An agent's note about a live call: on the bus of the process hosting the call
         (workbenches, interaction log)."""
         if self._remote(call_id):
-            await self._link.act(call_id, "note", who, text)
+            await self._link.act(call_id, "note", who, text=text)
             return
         s = self.server
         if call_id not in s.rooms.calls and not any(c.id == call_id for c in s.calls.values()):
             raise KeyError(call_id)
         s.bus.publish(AgentNote(call_id, time.time(), who, text))
+
+    async def assign(
+        self, call_id: str, who: str, to: str, *, supervisor: bool = False
+    ) -> dict[str, Any]:
+        """Pass a call a human holds to the agent ``to`` (:mod:`.assign`): ValueError for a
+        bad name, CallStateConflict unless ``who`` holds it (or is a supervisor)."""
+        if self._remote(call_id):
+            return await self._link.act(call_id, "assign", who, to=to, supervisor=supervisor)
+        call: HeldCall
+        if call_id.startswith(ROOM_CALL_PREFIX):
+            call = self.server.rooms.call(call_id)
+        else:
+            call = self.server.lifecycle.by_id(call_id)
+        event = assign(call, who, to, supervisor=supervisor)
+        self.server.bus.publish(event)
+        return {"owner": event.new}
 
     async def handback(self, call_id: str, who: str = "api") -> dict[str, Any]:
         """The human gives the call back to the AI (CallStateConflict unless ``human_active``)."""

@@ -90,6 +90,18 @@ class AgentNote(CallEvent):
 
 
 @dataclass(frozen=True, slots=True)
+class CallAssigned(CallEvent):
+    """A human-held call passed to another agent (:mod:`kefu.mediaserver.assign`)."""
+
+    old: str
+    """Who held it."""
+    new: str
+    """Who holds it now (they take it over to join it)."""
+    by: str
+    """Who passed it on: its holder, or a supervisor."""
+
+
+@dataclass(frozen=True, slots=True)
 class CallEnded(CallEvent):
     reason: str
     """Why (``bye``, ``api``, ``transferred``, ``max_call_seconds``, ``rejected 503``...)."""
@@ -136,6 +148,7 @@ EVENT_TYPES: dict[type, EventType] = {
     TransferProgress: EventType("call.transfer_progress"),
     AgentWait: EventType("call.agent_wait"),
     AgentNote: EventType("call.note"),
+    CallAssigned: EventType("call.assigned"),
     CallEnded: EventType("call.ended"),
     Utterance: EventType("transcript.final", loop_times=("at",)),
     BargeIn: EventType(

@@ -9,9 +9,10 @@ serves its front, on its private Unix socket and only with the relay key:
   (``/api/events``). The subscription is bounded like any reader's: a front that stops reading
   loses the oldest events, never the worker's memory;
 * ``GET /internal/calls``: this worker's live calls, as ``GET /api/calls`` lists them;
-* ``POST /internal/calls/{call_id}/{action}``: ``listen``, ``takeover``, ``handback`` or
-  ``note`` (body ``{"who": ..., "text": ...}``), answered like the public API: 200 with the
-  result, 404 ``unknown_call``, 409 ``wrong_state`` (with ``state`` and ``owner``).
+* ``POST /internal/calls/{call_id}/{action}``: ``listen``, ``takeover``, ``handback``,
+  ``note`` (body ``{"who": ..., "text": ...}``) or ``assign`` (``{"who": ..., "to": ...,
+  "supervisor": bool}``), answered like the public API: 200 with the result, 400
+  ``bad_request``, 404 ``unknown_call``, 409 ``wrong_state`` (with ``state`` and ``owner``).
 
 The front's half is :mod:`.worker_link`.
 """
@@ -42,7 +43,7 @@ log = structlog.get_logger("kefu.room_worker")
 
 EVENTS_PATH = "/internal/events"
 CALLS_PATH = "/internal/calls"
-CALL_ACTIONS = ("listen", "takeover", "handback", "note")
+CALL_ACTIONS = ("listen", "takeover", "handback", "note", "assign")
 EVENT_QUEUE = 4096
 """Events queued for the front before the oldest are dropped (a burst of several calls)."""
 
@@ -100,18 +101,25 @@ def add_worker_routes(app: web.Application, server: KefuServer, key: str) -> Non
             return error_response(400, "bad_request", 'expected {"who": "..."}')
         control = server.control
         try:
+            result: dict[str, Any] = {}
             if name == "note":
                 text = body.get("text")
                 if not isinstance(text, str):
                     return error_response(400, "bad_request", 'a note needs {"text": "..."}')
                 await control.note(call_id, who, text)
-                result: dict[str, Any] = {}
+            elif name == "assign":
+                to, boss = body.get("to"), body.get("supervisor")
+                if not isinstance(to, str) or not isinstance(boss, bool):
+                    return error_response(400, "bad_request", 'expected {"to": "...", ...}')
+                result = await control.assign(call_id, who, to, supervisor=boss)
             else:
                 result = await getattr(control, name)(call_id, who)
         except KeyError:
             return error_response(404, "unknown_call", "no such call")
         except CallStateConflict as exc:
             return wrong_state(exc)
+        except ValueError as exc:
+            return error_response(400, "bad_request", str(exc))
         return web.json_response(result or {})
 
     app.router.add_get(EVENTS_PATH, guarded(events))

@@ -10,9 +10,10 @@ ever talk to the front, so the front:
   is reconnected to as soon as its socket answers;
 * lists the workers' calls with its own (``GET /api/calls``), asking them all at once with a
   short deadline: a worker that does not answer in time is left out, and logged;
-* forwards listen, takeover, hand-back and notes of a ``room:`` call to the worker hosting its
-  room, and turns the answer back into what the local call would have raised (404 KeyError,
-  409 CallStateConflict): the HTTP API reads the same whichever process holds the call.
+* forwards listen, takeover, hand-back, transfers to an agent and notes of a ``room:`` call
+  to the worker hosting its room, and turns the answer back into what the local call would
+  have raised (404 KeyError, 409 CallStateConflict, 400 ValueError): the HTTP API reads the
+  same whichever process holds the call.
 """
 
 from __future__ import annotations
@@ -140,11 +141,12 @@ class WorkerLink:
             return []
         return [c for c in calls if isinstance(c, dict)]
 
-    async def act(self, call_id: str, action: str, who: str, text: str = "") -> dict[str, Any]:
+    async def act(self, call_id: str, action: str, who: str, **fields: Any) -> dict[str, Any]:
         """Run ``action`` on the worker hosting ``call_id``; KeyError: no such call there
-        (or its worker is down), CallStateConflict: its state does not allow it."""
+        (or its worker is down), CallStateConflict: its state does not allow it, ValueError:
+        the worker refused the request's fields (400)."""
         shard = self.shard_for(call_id)
-        body = {"who": who, "text": text}
+        body = {"who": who, **fields}
         status, answer = await self._request(shard, "POST", calls_path(call_id, action), body)
         if status == 200:
             return answer
@@ -153,6 +155,8 @@ class WorkerLink:
         if status == 409:
             state = str(error.get("state", "unknown"))
             raise CallStateConflict(call_id, state, action, owner=error.get("owner"))
+        if status == 400:
+            raise ValueError(str(error.get("message", "refused")))
         if status != 404:
             log.warning("worker_action_failed", shard=shard, action=action, status=status)
         raise KeyError(call_id)

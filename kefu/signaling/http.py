@@ -34,6 +34,9 @@ API_PREFIX = "/api/"
 _OWN_AUTH = ("/api/events",)
 """API paths that check their token themselves (a WebSocket is refused after its upgrade)."""
 
+STAFF_LEADS = frozenset({"supervisor", "admin"})
+"""Roles that may pass on a call another agent holds."""
+
 CLAIMS_KEY = web.RequestKey("kefu_claims", Claims)
 
 log = structlog.get_logger("kefu.api")
@@ -51,6 +54,7 @@ class Control(Protocol):
     def handback(self, call_id: str, who: str) -> Any: ...
     def listen(self, call_id: str, who: str) -> Any: ...
     def note(self, call_id: str, who: str, text: str) -> Any: ...
+    def assign(self, call_id: str, who: str, to: str, *, supervisor: bool) -> Any: ...
 
 
 def error_response(status: int, code: str, message: str, **extra: Any) -> web.Response:
@@ -166,6 +170,8 @@ def build_app(
             if not isinstance(body, dict) or not isinstance(body.get("target", ""), str):
                 audit(request, "transfer", call_id, "bad_request")
                 return _error(400, "bad_request", 'expected {"target": "sip:..."}')
+            if "agent" in body:
+                return await to_agent(request, call_id, body.get("agent"))
             target = body.get("target") or None
         if not allow.allows(target):
             audit(request, "transfer", call_id, "target_not_allowed", target=target)
@@ -183,6 +189,30 @@ def build_app(
             return _error(409, "cannot_transfer", str(exc))
         audit(request, "transfer", call_id, "accepted", target=target)
         return web.json_response({"status": "transferring"}, status=202)
+
+    async def to_agent(request: web.Request, call_id: str, agent: object) -> web.Response:
+        """``{"agent": "bob"}``: pass a call a human holds to another agent, no REFER."""
+        claims = request[CLAIMS_KEY]
+        if not isinstance(agent, str):
+            audit(request, "assign", call_id, "bad_request")
+            return _error(400, "bad_request", 'expected {"agent": "<user>"}')
+        try:
+            result = control.assign(
+                call_id, claims.user, agent, supervisor=claims.role in STAFF_LEADS
+            )
+            if inspect.isawaitable(result):
+                result = await result
+        except KeyError:
+            audit(request, "assign", call_id, "unknown_call", to=agent)
+            return _error(404, "unknown_call", "no such call")
+        except CallStateConflict as exc:
+            audit(request, "assign", call_id, "wrong_state", to=agent, state=exc.state)
+            return wrong_state(exc)
+        except ValueError as exc:
+            audit(request, "assign", call_id, "bad_request", error=str(exc))
+            return _error(400, "bad_request", str(exc))
+        audit(request, "assign", call_id, "accepted", to=agent)
+        return web.json_response({"status": "assigned", **(result or {})})
 
     async def hangup(request: web.Request) -> web.Response:
         call_id = request.match_info["call_id"]

@@ -69,6 +69,25 @@ def test_plain_targets_pass_unchanged() -> None:
         assert transfer_target(target) == target
 
 
+async def test_a_phone_call_passed_to_a_colleague_stays_with_a_human(server: KefuServer) -> None:
+    trunk = await trunk_socket()
+    call, _ = await answered_call(server, trunk, "assign-1")
+    assert await server.takeover(call.id, "bob") == {"room": f"call:{call.id}"}
+    assert await server.control.assign(call.id, "bob", "ann") == {"owner": "ann"}
+    assert (call.state, call.owner) == (CallState.HUMAN_ACTIVE, "ann")
+    # Ann's takeover joins the call's agent room and changes nothing else; Bob's is refused.
+    assert await server.takeover(call.id, "ann") == {"room": f"call:{call.id}"}
+    with pytest.raises(CallStateConflict) as info:
+        await server.takeover(call.id, "bob")
+    assert info.value.owner == "ann" and call.state is CallState.HUMAN_ACTIVE
+    with pytest.raises(CallStateConflict):
+        await server.control.assign(call.id, "bob", "bob")  # no longer his to pass on
+    await server.handback(call.id, "ann")
+    with pytest.raises(CallStateConflict) as info:
+        await server.control.assign(call.id, "ann", "bob", supervisor=True)  # the AI has it
+    assert info.value.state == "ai_active"
+
+
 async def test_refused_transfer_leaves_the_call_where_it_was(server: KefuServer) -> None:
     trunk = await trunk_socket()
     call, _ = await answered_call(server, trunk, "xfer-1")

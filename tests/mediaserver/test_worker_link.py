@@ -148,12 +148,21 @@ async def test_the_front_lists_relays_and_switches_a_call_its_worker_hosts(node:
     (listed,) = await node.front.list_calls()
     assert (listed["state"], listed["owner"]) == ("human_active", "ann")
 
+    assert await node.front.control.assign(call_id, "ann", "bob") == {"owner": "bob"}
+    with pytest.raises(ValueError):
+        await node.front.control.assign(call_id, "bob", "")
+    assert await node.front.control.assign(call_id, "lee", "ann", supervisor=True) == {
+        "owner": "ann"
+    }
     await node.front.control.note(call_id, "ann", "asked for a refund, order 5521")
     assert await node.front.handback(call_id, "ann") == {}
     assert node.agents[0].floor == ["pause", "resume"]
     await until(lambda: len(node.seen(call_id, "call.state_changed")) == 2)
     changes = [(e["new"], e["reason"]) for e in node.seen(call_id, "call.state_changed")]
     assert changes == [("human_active", "taken over by ann"), ("ai_active", "handed back by ann")]
+    await until(lambda: len(node.seen(call_id, "call.assigned")) == 2)
+    owners = [(e["old"], e["new"], e["by"]) for e in node.seen(call_id, "call.assigned")]
+    assert owners == [("ann", "bob", "ann"), ("bob", "ann", "lee")]
     await until(lambda: bool(node.seen(call_id, "call.note")))
     (note,) = node.seen(call_id, "call.note")
     assert (note["by"], note["text"]) == ("ann", "asked for a refund, order 5521")

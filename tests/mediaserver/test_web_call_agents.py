@@ -1,5 +1,6 @@
-"""A web caller who asks for a person waits for an agent like a phone caller, and is told when
-nobody can come (the AI stays with them)."""
+"""Human agents and a web caller's call: a caller who asks for a person waits for an agent like
+a phone caller, and is told when nobody can come (the AI stays with them); an agent who holds
+the call passes it to a colleague over the HTTP API."""
 
 from __future__ import annotations
 
@@ -8,18 +9,22 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from aiortc.mediastreams import MediaStreamTrack
 
 from kefu.ai_bridge.events import HandoffRequested
 from kefu.mediaserver.agent_queue import NO_AGENT
 from kefu.mediaserver.config import load_config
-from kefu.mediaserver.events import AgentWait
+from kefu.mediaserver.events import AgentWait, CallAssigned
 from kefu.mediaserver.server import KefuServer
+from kefu.signaling.tokens import mint_token
 from loadtest.peers import take_ports
 from tests.mediaserver.test_room_channel import PausableAgent, until
 
 pytestmark = pytest.mark.netns
+
+SECRET = "web-call-agents-test-secret-of-32-bytes+"
 
 
 @pytest.fixture
@@ -33,6 +38,7 @@ async def server(tmp_path: Path) -> AsyncIterator[KefuServer]:
             "rtp": {"ports": f"{rtp}-{rtp + 19}"},
             "calls": {"media_mode": "echo", "agent_wait_s": 0.5},
             "webrtc": {"room_workers": 1},
+            "auth": {"jwt_secret": SECRET},
             "server": {"state_dir": str(tmp_path)},
         },
     )
@@ -90,3 +96,55 @@ async def test_a_waiting_web_call_is_picked_or_told_when_the_wait_runs_out(
     assert isinstance(done, AgentWait) and (done.waiting, done.outcome) == (False, "timeout")
     await until(lambda: bool(second.said))
     assert second.said == [NO_AGENT["en"]]
+
+
+async def test_an_agent_passes_a_web_call_to_a_colleague_who_then_joins_it(
+    server: KefuServer,
+) -> None:
+    agent = await web_call(server, "pass-1")
+    assigned = server.bus.subscribe(lambda e: isinstance(e, CallAssigned))
+    host, port = server.http_address
+    base = f"http://{host}:{port}/api/calls/room:pass-1"
+
+    def auth(user: str, role: str = "agent") -> dict[str, str]:
+        return {"Authorization": f"Bearer {mint_token(SECRET, user, role, 600.0)}"}
+
+    async with aiohttp.ClientSession() as http:
+
+        async def post(path: str, who: str, role: str = "agent", **body: Any) -> Any:
+            async with http.post(f"{base}/{path}", json=body, headers=auth(who, role)) as r:
+                return r.status, await r.json()
+
+        # Nobody holds it yet: there is nothing to pass on.
+        status, answer = await post("transfer", "ann", agent="bob")
+        assert (status, answer["error"]["state"]) == (409, "ai_active")
+        assert (await post("takeover", "ann"))[0] == 200
+        for bad in ("", " ", "x" * 200, "bo\nb", 5, None):
+            status, answer = await post("transfer", "ann", agent=bad)
+            assert (status, answer["error"]["code"]) == (400, "bad_request"), bad
+        # Only its holder (or a supervisor) passes a call on.
+        status, answer = await post("transfer", "sue", agent="sue")
+        assert (status, answer["error"]["owner"]) == (409, "ann")
+        assert await post("transfer", "ann", agent="bob") == (
+            200,
+            {"status": "assigned", "owner": "bob"},
+        )
+        event = await asyncio.wait_for(assigned.queue.get(), 3.0)
+        assert isinstance(event, CallAssigned)
+        assert (event.call_id, event.old, event.new, event.by) == (
+            "room:pass-1",
+            "ann",
+            "bob",
+            "ann",
+        )
+        # Bob takes it over: he joins the room; the AI stays paused (no second pause).
+        assert await post("takeover", "bob") == (200, {"status": "human_active", "room": "pass-1"})
+        status, answer = await post("takeover", "ann")
+        assert (status, answer["error"]["owner"]) == (409, "bob")
+        assert await post("transfer", "lee", "supervisor", agent="sue") == (
+            200,
+            {"status": "assigned", "owner": "sue"},
+        )
+        (listed,) = await server.list_calls()
+        assert (listed["state"], listed["owner"]) == ("human_active", "sue")
+    assert agent.floor == ["pause"]
