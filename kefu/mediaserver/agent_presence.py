@@ -13,6 +13,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from kefu.mediaserver.assign import HeldCall, holds
 from kefu.sfu.api import Sfu
 
 STAFF_ROLES = frozenset({"agent", "supervisor", "admin"})
@@ -78,3 +79,14 @@ def tell_caller_agent_lost(agent: Any, spawn: Callable[[Any, str], Any]) -> None
     """The AI (a CallAgent) tells the caller it has the call again."""
     text = AGENT_LOST["zh" if agent.lang == "zh" else "en"]
     spawn(agent.responder.say(text, None), "agent-lost")
+
+
+def floor_for(call: HeldCall) -> Callable[[Any], bool]:
+    """Who may be heard in ``call``'s room (:meth:`kefu.sfu.api.Sfu.set_floor`): the caller
+    and kefu always; agents and supervisors only while they hold the call. Listening in is
+    silent on the server, whatever the listener's browser sends."""
+
+    def floor(member: Any) -> bool:
+        return member.role not in STAFF_ROLES or holds(call, member.user)
+
+    return floor

@@ -10,7 +10,9 @@ the front process's SFU with two in-process participants:
 
 An agent's browser joins the room over signaling like any participant and hears both. While
 the AI has the call, the SIP leg keeps playing the bot's track directly (the voice loop's
-latency is untouched) and the agents' microphones reach nobody: listening is silent. A
+latency is untouched) and the agents' microphones reach nobody: listening is silent, held
+back by the SFU itself (:func:`~kefu.mediaserver.agent_presence.floor_for`: only the agent
+holding the call is heard, never a supervisor listening in, whatever their browser sends). A
 takeover switches the SIP leg to the phone participant's mix — the agents' voices — and
 pauses the AI (:meth:`kefu.mediaserver.call.Call.takeover`); a hand-back switches it back.
 The taps never hold up the call: a stalled room loses its oldest frames.
@@ -27,7 +29,7 @@ from typing import TYPE_CHECKING
 import structlog
 from aiortc.mediastreams import MediaStreamTrack
 
-from kefu.mediaserver.agent_presence import AgentPresence, tell_caller_agent_lost
+from kefu.mediaserver.agent_presence import AgentPresence, floor_for, tell_caller_agent_lost
 from kefu.mediaserver.call_state import CallState
 from kefu.sfu.api import LocalParticipant, Sfu
 from kefu.sfu.mixer import AudioMixer
@@ -87,6 +89,7 @@ class AgentRoom:
             log=call.log,
         )
         phone.on_event = presence.on_room_event
+        sfu.set_floor(room_id, floor_for(call))
         return cls(room_id, phone, bot, presence)
 
     @property

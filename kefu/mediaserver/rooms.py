@@ -18,10 +18,17 @@ import structlog
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from kefu.ai_bridge.events import BargeIn, HandoffRequested, Utterance
-from kefu.mediaserver.agent_presence import AgentPresence
+from kefu.mediaserver.agent_presence import AgentPresence, floor_for
+from kefu.mediaserver.agent_room import agent_room_id
 from kefu.mediaserver.bus import EventBus, Subscription
 from kefu.mediaserver.call_state import CallState
-from kefu.mediaserver.events import CallEnded, CallStarted, CallStateChanged, event_json
+from kefu.mediaserver.events import (
+    CallAssigned,
+    CallEnded,
+    CallStarted,
+    CallStateChanged,
+    event_json,
+)
 from kefu.mediaserver.room_calls import ROOM_CALL_PREFIX, RoomCall, room_call_id
 from kefu.sfu.api import LocalParticipant, Participant, Sfu
 
@@ -88,15 +95,18 @@ class RoomService:
         self.calls: dict[str, RoomCall] = {}
         """The AI conversations of this process's rooms, by call id (``room:<id>``)."""
         self.agent_grace_s = agent_grace_s
+        self.bus.attach(self._floor_changed)
         self.make_bot: Callable[[str, MediaStreamTrack, Callable[[object], None]], Any] | None = (
             None
         )
         """Builds the AI agent for a room (hears the room's mix); None: the bot echoes."""
 
     async def join(
-        self, room_id: str, participant_id: str, *, role: str, display: str = ""
+        self, room_id: str, participant_id: str, *, role: str, display: str = "", user: str = ""
     ) -> Participant:
-        participant = await self.sfu.join(room_id, participant_id, role=role, display=display)
+        participant = await self.sfu.join(
+            room_id, participant_id, role=role, display=display, user=user
+        )
         if role == "customer" and room_id not in self._bots and room_id not in self.no_bot_rooms:
             await self._add_bot(room_id)
         return participant
@@ -133,10 +143,20 @@ class RoomService:
             log=call.log,
         )
         bot.on_event = call.presence.on_room_event
+        self.sfu.set_floor(room_id, floor_for(call))
         self.calls[call.id] = call
         speaks.connect(agent.outbound)
         await agent.start()
         log.info("room_bot_joined", room=room_id, mode="ai")
+
+    def _floor_changed(self, event: object) -> None:
+        """A bus sink: a call changed hands, so who may be heard in its room changes."""
+        if isinstance(event, CallStateChanged | CallAssigned):
+            call_id = event.call_id
+            if call_id.startswith(ROOM_CALL_PREFIX):
+                self.sfu.apply_floor(call_id[len(ROOM_CALL_PREFIX) :])
+            else:
+                self.sfu.apply_floor(agent_room_id(call_id))
 
     async def join_sip(
         self, room_id: str, call_id: str, caller_audio: MediaStreamTrack

@@ -86,12 +86,23 @@ class Room:
     sources: dict[str, PacketSource] = field(default_factory=dict)
     closed: bool = False
     counters: SfuCounters = field(default_factory=SfuCounters)
+    floor: Callable[[_Member], bool] | None = None
+    """Who may be heard (None: everyone). Set by the call a room belongs to: a member it
+    answers False for still receives everything, but its audio reaches nobody."""
+
+    def apply_floor(self) -> None:
+        """Mute or unmute every published source by :attr:`floor`."""
+        for owner_id, source in self.sources.items():
+            member = self.members.get(owner_id)
+            source.muted = bool(member and self.floor and not self.floor(member))
 
     def sources_for(self, member_id: str) -> list[tuple[str, PacketSource]]:
         return [(owner, src) for owner, src in self.sources.items() if owner != member_id]
 
     def add_source(self, owner_id: str, source: PacketSource) -> None:
         self.sources[owner_id] = source
+        member = self.members.get(owner_id)
+        source.muted = bool(member and self.floor and not self.floor(member))
         for member in list(self.members.values()):
             if member.id != owner_id:
                 member._subscribe(owner_id, source)
@@ -138,7 +149,7 @@ class Sfu:
     # --- the contract -------------------------------------------------------------------
 
     async def join(
-        self, room_id: str, participant_id: str, *, role: str, display: str = ""
+        self, room_id: str, participant_id: str, *, role: str, display: str = "", user: str = ""
     ) -> Participant:
         room = self._admit(room_id, participant_id, role)
         participant = Participant(
@@ -148,6 +159,7 @@ class Sfu:
             display=display,
             settings=self.settings,
             now=self._clock(),
+            user=user,
         )
         self._enter(room, participant)
         return participant
@@ -160,10 +172,11 @@ class Sfu:
         source: MediaStreamTrack | None,
         *,
         display: str = "",
+        user: str = "",
     ) -> LocalParticipant:
         """Put an in-process track into the room, no peer connection (SIP legs, the AI)."""
         room = self._admit(room_id, participant_id, role)
-        participant = LocalParticipant(room, participant_id, role=role, display=display)
+        participant = LocalParticipant(room, participant_id, role=role, display=display, user=user)
         self._enter(room, participant)
         for owner_id, src in room.sources_for(participant_id):
             participant._subscribe(owner_id, src)
@@ -184,6 +197,19 @@ class Sfu:
         out["rooms"] = len(self._rooms)
         out["participants"] = sum(len(room.members) for room in self._rooms.values())
         return out
+
+    def set_floor(self, room_id: str, floor: Callable[[_Member], bool] | None) -> None:
+        """Who of ``room_id`` may be heard from now on (see :attr:`Room.floor`)."""
+        room = self._rooms.get(room_id)
+        if room is not None:
+            room.floor = floor
+            room.apply_floor()
+
+    def apply_floor(self, room_id: str) -> None:
+        """Re-read ``room_id``'s floor (the call it belongs to changed hands)."""
+        room = self._rooms.get(room_id)
+        if room is not None:
+            room.apply_floor()
 
     def participant(self, room_id: str, participant_id: str) -> _Member | None:
         room = self._rooms.get(room_id)

@@ -142,6 +142,8 @@ class SourceStats:
     rejected: int = 0
     fanned_out: int = 0
     dropped: int = 0
+    muted: int = 0
+    """Packets held back because the publisher does not have the floor (silent listening)."""
 
 
 class PacketSource:
@@ -164,6 +166,8 @@ class PacketSource:
         self._subscribers: list[DropOldest[OpusPacket]] = []
         self._last_ts: int | None = None
         self._closed = False
+        self.muted = False
+        """While set, packets are received (the publisher is alive) but reach nobody."""
 
     def subscribe(self) -> DropOldest[OpusPacket]:
         queue: DropOldest[OpusPacket] = DropOldest(self._queue_len)
@@ -189,6 +193,9 @@ class PacketSource:
         self.last_packet_at = self._clock()
         if not payload:
             self.stats.rejected += 1
+            return
+        if self.muted:
+            self.stats.muted += 1
             return
         # unwrap the 32-bit RTP clock so subscribers see a monotonic pts
         if self._last_ts is None:

@@ -71,11 +71,15 @@ def check_sdp(sdp: object, kind: str) -> str:
 class _Member:
     """What a room needs from any participant, and what every kind does alike."""
 
-    def __init__(self, room: Room, participant_id: str, *, role: str, display: str) -> None:
+    def __init__(
+        self, room: Room, participant_id: str, *, role: str, display: str, user: str = ""
+    ) -> None:
         self.id = participant_id
         self.room_id = room.id
         self.role = role
         self.display = display
+        self.user = user
+        """Who joined (the token's subject; "" for in-process participants)."""
         self.on_event: Callable[[dict[str, Any]], None] | None = None
         self.source: PacketSource | None = None
         self._room = room
@@ -118,8 +122,9 @@ class Participant(_Member):
         display: str,
         settings: PeerSettings,
         now: float,
+        user: str = "",
     ) -> None:
-        super().__init__(room, participant_id, role=role, display=display)
+        super().__init__(room, participant_id, role=role, display=display, user=user)
         self.on_ice_candidate: Callable[[dict[str, Any] | None], None] | None = None
         self.on_renegotiation_needed: Callable[[], None] | None = None
         self.on_state: Callable[[str], None] | None = None
@@ -399,8 +404,10 @@ class LocalParticipant(_Member):
     """An in-process participant: publishes ``source``, hears the room through
     :attr:`mixed_audio` (everyone else mixed). No peer connection, no sockets."""
 
-    def __init__(self, room: Room, participant_id: str, *, role: str, display: str) -> None:
-        super().__init__(room, participant_id, role=role, display=display)
+    def __init__(
+        self, room: Room, participant_id: str, *, role: str, display: str, user: str = ""
+    ) -> None:
+        super().__init__(room, participant_id, role=role, display=display, user=user)
         self.mixed_audio = AudioMixer()
         self._publisher: LocalPublisher | None = None
 

@@ -81,7 +81,7 @@ class ParticipantLike(Protocol):
 
 class SfuLike(Protocol):
     async def join(
-        self, room_id: str, participant_id: str, *, role: str, display: str = ""
+        self, room_id: str, participant_id: str, *, role: str, display: str = "", user: str = ""
     ) -> Any: ...
     def room_exists(self, room_id: str) -> bool: ...
 
@@ -386,7 +386,11 @@ class SignalingHub:
         participant_id = f"{claims.role[0]}-{secrets.token_hex(6)}"
         try:
             participant = await self.sfu.join(
-                message.room, participant_id, role=claims.role, display=message.display
+                message.room,
+                participant_id,
+                role=claims.role,
+                display=message.display,
+                user=claims.user,
             )
         except Exception as exc:
             code = getattr(exc, "code", None)

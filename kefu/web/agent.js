@@ -1,24 +1,29 @@
 // The agent workbench (agent.html, served at /agent): the live call list, a call's transcript
-// and co-pilot, and the actions listen in / take over / hand back / transfer / hang up.
+// and co-pilot, and the actions listen in / take over / hand back / transfer / pass to an
+// agent / hang up.
 //
 // Data: GET /api/calls (on sign-in, every POLL_MS, and after the event stream (re)connects or
 // lost events) merged with the GET /api/events WebSocket (docs/events.md) in a CallBook
 // (workbench.js). Audio: POST /api/calls/{id}/listen opens the call's room "call:<id>", which
-// this page joins with call.js's KefuCall, microphone muted until a takeover.
+// this page joins with call.js's KefuCall, microphone muted until a takeover. Passing a call to
+// a colleague is POST /api/calls/{id}/transfer {"agent": user}; the colleague's page gets
+// call.assigned and joins the call by taking it over.
 //
 // Token: ?token=<JWT> (removed from the address bar once read) or pasted. Optional ?call=<id>.
 //
 // For automated browser tests: window.kefuAgent = {calls, selected, events, state, errors,
-// media, listen(id), takeover(id), handback(id), hangup(id), transfer(id, target), leave(),
-// note(id, text), select(id), signIn(token), signOut(), refresh(), stats()}. Actions never throw: they
+// media, listen(id), takeover(id), handback(id), hangup(id), transfer(id, target),
+// passTo(id, agent), leave(), note(id, text), select(id), signIn(token), signOut(), refresh(),
+// stats()}. Actions never throw: they
 // resolve to {ok: true, http, ...the response body} or {ok: false, http, code, message} (http:
 // the HTTP status, 0 when the server could not be reached or it failed before a request);
 // hangup() does not ask to confirm (the button does).
 
 import { KefuCall, microphoneError } from "./call.js";
 import {
-  CallBook, ClockSkew, allowedActions, apiErrorText, callDuration, callerDisplay, describeToken,
-  formatDuration, sourceLabel, speakerLabel, stateLabel, transferStatusText,
+  CallBook, ClockSkew, PASS_ON_ACTION, agentNameProblem, allowedActions, apiErrorText, assignedToMe,
+  callDuration, callerDisplay, describeToken, formatDuration, passedToYouText, sourceLabel,
+  speakerLabel, stateLabel, transferStatusText,
 } from "./workbench.js";
 
 const POLL_MS = 4000;
@@ -322,7 +327,26 @@ function onEvent(ev) {
   if (r.callId) maybeSelectFromUrl(r.callId);
   if (r.ended && app.media && app.media.callId === r.callId) leaveMedia();
   if (r.ended && r.callId === app.selected) setStatus("The call ended.");
+  if (r.assigned) onAssigned(r.callId, r.assigned);
   scheduleRender();
+}
+
+/** A call.assigned event: a call passed to us is ours to join; one passed away from us while
+ *  we talk in it is not ours any more, so this page leaves its audio. */
+function onAssigned(callId, a) {
+  const me = app.who && app.who.sub;
+  if (!me) return;
+  const call = book.get(callId);
+  if (a.new === me && a.by !== me && assignedToMe(call, me)) {
+    setStatus(passedToYouText(a, callerText(call)));
+    return;
+  }
+  const m = app.media;
+  if (a.new !== me && a.old === me && m && m.callId === callId && mediaLive(m) && m.mic) {
+    leaveMedia();
+    const who = !a.by ? "The call was passed" : a.by === me ? "You passed the call" : `${a.by} passed your call`;
+    setStatus(`${who} to ${a.new}: you left its audio.`);
+  }
 }
 
 // --- the call's audio (KefuCall) ------------------------------------------------------------
@@ -481,6 +505,10 @@ async function takeover(callId) {
     if (!r.ok) {
       const err = (r.body && r.body.error) || {};
       if (r.status === 409 && err.owner === me) {
+        if (askFirst) {
+          const ready = await joinAndOpenMic();
+          if (!ready.ok) return ready;
+        }
         book.setState(callId, "human_active", me, nowS());
         setStatus("You already have the call. The caller hears you.");
         return { ok: true, http: 409, status: "human_active", already: true };
@@ -538,6 +566,39 @@ async function transfer(callId, target = "") {
   });
 }
 
+/** Pass a call a person holds to the agent `agent` (transfer {"agent": ...}, no REFER): the
+ *  call stays human_active with them as its owner, and this page leaves its audio. */
+async function passTo(callId, agent = "") {
+  agent = String(agent ?? "").trim();
+  return withBusy(callId, "passing the call on", async () => {
+    const me = app.who.sub;
+    const before = book.get(callId);
+    const problem = agentNameProblem(agent, { owner: before && before.owner, me });
+    if (problem) {
+      recordError("bad_agent", problem, callId);
+      return { ok: false, http: 0, code: "bad_agent", message: problem };
+    }
+    const r = await api("POST", `/api/calls/${encodeURIComponent(callId)}/transfer`, { agent });
+    if (!r.ok) {
+      const err = (r.body && r.body.error) || {};
+      if (r.status === 409 && err.state) book.setState(callId, err.state, err.owner ?? null, nowS());
+      return failure(PASS_ON_ACTION, r, callId);
+    }
+    const owner = (r.body && r.body.owner) || agent;
+    const wasMine = !!before && before.owner === me;
+    const m = app.media;
+    // Ours no more: leave its audio (a supervisor who passed on a call they only listen to
+    // keeps listening).
+    if (m && m.callId === callId && (wasMine || m.mic)) leaveMedia();
+    book.setState(callId, "human_active", owner, nowS());
+    setStatus(app.media && app.media.callId === callId
+      ? `Passed the call to ${owner}. You are still listening (microphone off).`
+      : `Passed the call to ${owner}.`);
+    refreshSoon();
+    return { ok: true, http: r.status, ...(r.body || {}) };
+  });
+}
+
 function select(callId) {
   if (callId !== null && !book.get(callId)) return false;
   if (app.selected === callId) return true;
@@ -546,6 +607,8 @@ function select(callId) {
   $("btn-hangup").setAttribute("aria-expanded", "false");
   $("transfer-form").hidden = true;
   $("btn-transfer").setAttribute("aria-expanded", "false");
+  $("pass-form").hidden = true;
+  $("btn-pass").setAttribute("aria-expanded", "false");
   loadNotes();
   render();
   return true;
@@ -700,10 +763,12 @@ function fillRow(row, call, now) {
   state.dataset.state = call.state || "unknown";
   setText(row.querySelector(".col-intent"), call.lastIntent || "—");
   const alert = row.querySelector(".col-alert .badge");
-  alert.hidden = !call.alert;
-  setText(alert, call.alert ? "Needs human" : "");
-  alert.title = call.alert ? `${call.alert.reason}${call.alert.detail ? ` (${call.alert.detail})` : ""}` : "";
-  alert.dataset.alert = call.alert ? "1" : "0";
+  const passed = assignedToMe(call, app.who && app.who.sub);
+  alert.hidden = !call.alert && !passed;
+  setText(alert, call.alert ? "Needs human" : passed ? "Passed to you" : "");
+  alert.title = call.alert ? `${call.alert.reason}${call.alert.detail ? ` (${call.alert.detail})` : ""}`
+    : passed ? passedToYouText(call.assigned) : "";
+  alert.dataset.alert = call.alert || passed ? "1" : "0";
 }
 
 function renderDurations(now) {
@@ -735,11 +800,14 @@ function renderView() {
   ended.hidden = !call.ended;
   if (call.ended) setText(ended, `The call ended (${call.ended.reason}).`);
   const alert = $("view-alert");
-  alert.hidden = !call.alert;
+  const passed = assignedToMe(call, app.who && app.who.sub);
+  alert.hidden = !call.alert && !passed;
   if (call.alert) {
     setText(alert, call.alert.reason === "caller asked"
       ? "The caller asked for a human."
       : `The AI asked for a human (${call.alert.reason}${call.alert.detail ? `: ${call.alert.detail}` : ""}).`);
+  } else if (passed) {
+    setText(alert, passedToYouText(call.assigned));
   }
 
   renderActions(call);
@@ -752,16 +820,21 @@ function renderView() {
 function renderActions(call) {
   const busy = app.busy.get(call.call_id) || null;
   const can = allowedActions(call, { user: app.who && app.who.sub, role: app.who && app.who.role,
-    media: app.media && { callId: app.media.callId, state: app.media.state }, busy });
+    media: app.media && { callId: app.media.callId, state: app.media.state, mic: app.media.mic }, busy });
   $("btn-listen").disabled = !can.listen;
   $("btn-takeover").disabled = !can.takeover;
   $("btn-handback").disabled = !can.handback;
   $("btn-transfer").disabled = !can.transfer;
+  $("btn-pass").disabled = !can.passOn;
   $("btn-hangup").disabled = !can.hangup;
   $("btn-leave").hidden = !can.leave;
   if (!can.transfer) {
     $("transfer-form").hidden = true;
     $("btn-transfer").setAttribute("aria-expanded", "false");
+  }
+  if (!can.passOn) {
+    $("pass-form").hidden = true;
+    $("btn-pass").setAttribute("aria-expanded", "false");
   }
   if (!can.hangup) {
     $("hangup-confirm").hidden = true;
@@ -960,7 +1033,7 @@ function wire() {
     const call = app.media && book.get(app.media.callId);
     leaveMedia();
     setStatus(call && call.state === "human_active" && call.owner === (app.who && app.who.sub)
-      ? "You left the call's audio but still hold the call: hand it back or listen in again."
+      ? "You left the call's audio but still hold the call: take it over to rejoin, pass it on or hand it back."
       : "You left the call's audio.");
   });
   $("btn-hangup").addEventListener("click", () => {
@@ -983,7 +1056,10 @@ function wire() {
     const form = $("transfer-form");
     form.hidden = !form.hidden;
     $("btn-transfer").setAttribute("aria-expanded", String(!form.hidden));
-    if (!form.hidden) $("transfer-target").focus();
+    if (!form.hidden) {
+      closePassForm();
+      $("transfer-target").focus();
+    }
   });
   $("btn-transfer-cancel").addEventListener("click", () => {
     $("transfer-form").hidden = true;
@@ -996,12 +1072,42 @@ function wire() {
     $("btn-transfer").setAttribute("aria-expanded", "false");
     if (app.selected) transfer(app.selected, $("transfer-target").value);
   });
+  $("btn-pass").addEventListener("click", () => {
+    const form = $("pass-form");
+    form.hidden = !form.hidden;
+    $("btn-pass").setAttribute("aria-expanded", String(!form.hidden));
+    if (!form.hidden) {
+      $("transfer-form").hidden = true;
+      $("btn-transfer").setAttribute("aria-expanded", "false");
+      $("pass-agent").focus();
+    }
+  });
+  $("btn-pass-cancel").addEventListener("click", () => {
+    closePassForm();
+    $("btn-pass").focus();
+  });
+  $("pass-form").addEventListener("submit", async (e) => {
+    e.preventDefault();
+    if (!app.selected) return;
+    const r = await passTo(app.selected, $("pass-agent").value);
+    if (r.ok) {
+      closePassForm();
+      $("pass-agent").value = "";
+    } else if (!$("pass-form").hidden) {
+      $("pass-agent").focus(); // a name to fix (or another try): the form stays open
+    }
+  });
   $("copilot-list").addEventListener("click", (e) => {
     const button = e.target.closest("button.copy");
     if (button) copyText(button);
   });
   $("notes").addEventListener("input", saveNotes);
   $("btn-note").addEventListener("click", saveNoteToRecord);
+}
+
+function closePassForm() {
+  $("pass-form").hidden = true;
+  $("btn-pass").setAttribute("aria-expanded", "false");
 }
 
 function main() {
@@ -1022,7 +1128,7 @@ function main() {
     },
     get dropped() { return book.dropped; },
     call: (id) => book.get(id),
-    listen, takeover, handback, hangup, transfer, select, signIn, signOut,
+    listen, takeover, handback, hangup, transfer, passTo, select, signIn, signOut,
     note: postNote,
     leave: () => { leaveMedia(); return { ok: true }; },
     refresh: refreshCalls,

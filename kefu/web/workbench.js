@@ -27,6 +27,12 @@ const SOURCE_LABELS = {
 
 const LIVE_MEDIA = new Set(["connecting", "in-call", "reconnecting"]);
 
+/** The `action` apiErrorText() gets for a refused pass-on (transfer {"agent": ...}). */
+export const PASS_ON_ACTION = "Passing the call on";
+
+/** Longest agent name the server accepts (kefu/mediaserver/assign.py). */
+export const MAX_AGENT_NAME = 128;
+
 // --- tokens ---------------------------------------------------------------------------------
 
 /** The JWT's payload (claims), decoded WITHOUT checking the signature: for display only. */
@@ -161,6 +167,7 @@ export function apiErrorText(action, status, body, me = null) {
     case "unknown_call":
       return "That call does not exist any more.";
     case "wrong_state":
+      if (action === PASS_ON_ACTION) return passOnConflictText(err, me);
       if (err.owner && err.owner !== me) return `Already taken by ${err.owner}.`;
       if (err.owner && err.owner === me) return "You already hold this call.";
       return `${action} is not possible while the call is ${stateLabel({ state: err.state }) || "in this state"}.`;
@@ -170,6 +177,9 @@ export function apiErrorText(action, status, body, me = null) {
       return `The call cannot be transferred${detail}.`;
     case "bad_json":
     case "bad_request":
+      if (action === PASS_ON_ACTION && err.code === "bad_request") {
+        return `That is not a valid agent name: enter the colleague's user name (1 to ${MAX_AGENT_NAME} printable characters).`;
+      }
       return `${action} failed: the server did not understand the request${detail}.`;
     default:
       if (status === 401) return "Your token is invalid or has expired. Sign in again with a new one.";
@@ -179,14 +189,72 @@ export function apiErrorText(action, status, body, me = null) {
   }
 }
 
+/** Why a pass-on was refused with 409 wrong_state (`err`: the body's error). */
+function passOnConflictText(err, me) {
+  if (err.state === "ai_active") return "The AI has this call: take it over before passing it on.";
+  if (err.state && err.state !== "human_active") {
+    return `The call cannot be passed on while it is ${stateLabel({ state: err.state })}.`;
+  }
+  if (err.owner && err.owner !== me) {
+    return `The call is held by ${err.owner}: only its holder or a supervisor can pass it on.`;
+  }
+  return "The call cannot be passed on: only a call a person holds can be.";
+}
+
+/**
+ * What is wrong with `name` as the colleague to pass a call to, before asking the server
+ * (the server's rule: 1 to MAX_AGENT_NAME printable characters once trimmed), or null if
+ * nothing is. `owner`: the call's holder (passing it to them would change nothing).
+ */
+export function agentNameProblem(name, { owner = null, me = null } = {}) {
+  const text = typeof name === "string" ? name.trim() : "";
+  if (!text) return "Enter the user name of the colleague to pass the call to.";
+  if ([...text].length > MAX_AGENT_NAME) return `A user name has at most ${MAX_AGENT_NAME} characters.`;
+  if (/(?! )[\p{C}\p{Z}]/u.test(text)) {
+    return "That is not a valid user name: it contains characters that cannot be printed.";
+  }
+  if (owner && text === owner) {
+    return owner === me ? "You already hold this call: enter a colleague's user name." : `${owner} already holds this call.`;
+  }
+  return null;
+}
+
+/** The transcript's line for a `call.assigned` event: "ann passed the call to bob", or
+ *  "lee passed the call from ann to bob" when someone else (a supervisor) passed it on. */
+export function passedLineText(ev) {
+  const to = ev.new || "?";
+  if (ev.by && ev.old && ev.by !== ev.old) return `${ev.by} passed the call from ${ev.old} to ${to}`;
+  if (ev.by || ev.old) return `${ev.by || ev.old} passed the call to ${to}`;
+  return `The call was passed to ${to}`;
+}
+
+/** True while `call` was passed to `user` (a call.assigned naming them) and they have not
+ *  taken it up yet: the workbench shows it as theirs to join. */
+export function assignedToMe(call, user) {
+  return !!call && !!user && !call.ended && call.state === "human_active" && call.owner === user
+    && !!call.assigned && call.assigned.new === user;
+}
+
+/** The status line for the user a call was passed to: "ann passed you the call from Alice:
+ *  take it over to join." `callerName`: how the list names the caller (optional). */
+export function passedToYouText(assigned, callerName = "") {
+  const by = assigned.by || assigned.old || "A colleague";
+  const whose = assigned.old && assigned.by && assigned.old !== assigned.by ? ` ${assigned.old}'s` : " the";
+  return `${by} passed you${whose} call${callerName ? ` from ${callerName}` : ""}: take it over to join.`;
+}
+
 // --- what a call allows ---------------------------------------------------------------------
 
 /**
- * Which actions the call's state allows. `ctx`: {user, role, media: {callId, state} | null,
- * busy: an action in flight on this call or null}.
+ * Which actions the call's state allows. `ctx`: {user, role, media: {callId, state, mic} |
+ * null, busy: an action in flight on this call or null}. `transfer`: a REFER; `passOn`: to
+ * another agent (only a call a person holds, by its holder or a supervisor/admin). The holder
+ * of a human_active call may take it over while this page is not talking in it: the colleague
+ * a call was passed to joins it that way (and an owner who left its audio rejoins).
  */
 export function allowedActions(call, ctx = {}) {
-  const none = { listen: false, takeover: false, handback: false, transfer: false, hangup: false, leave: false };
+  const none = { listen: false, takeover: false, handback: false, transfer: false, passOn: false,
+    hangup: false, leave: false };
   if (!call) return none;
   const media = ctx.media || null;
   const joined = !!media && media.callId === call.call_id && LIVE_MEDIA.has(media.state);
@@ -195,11 +263,14 @@ export function allowedActions(call, ctx = {}) {
   if (ended || ctx.busy) return out;
   const s = call.state;
   const mine = !call.owner || call.owner === ctx.user;
+  const holder = !!call.owner && call.owner === ctx.user;
   const boss = ctx.role === "supervisor" || ctx.role === "admin";
+  const silent = joined && media.mic === false; // in the audio, microphone off
   out.listen = !joined && (s === "ai_active" || s === "human_active");
-  out.takeover = s === "ai_active";
+  out.takeover = s === "ai_active" || (s === "human_active" && holder && (!joined || silent));
   out.handback = s === "human_active" && (mine || boss);
   out.transfer = s === "ai_active" || (s === "human_active" && (mine || boss));
+  out.passOn = s === "human_active" && (holder || boss);
   out.hangup = !call.hangingUp;
   return out;
 }
@@ -254,7 +325,7 @@ export class CallBook {
       call_id: id, state: null, owner: null, channel: "", source: "", caller: "",
       created: null, answered: null, codec: null, room: null, rtp: null,
       firstSeen: nowS, lastEvent: nowS, stateAt: null, inList: false,
-      lastIntent: null, alert: null, ended: null, hangingUp: false,
+      lastIntent: null, alert: null, assigned: null, ended: null, hangingUp: false,
       lines: [], traces: {}, copilot: [], transfer: [],
     };
     this.calls.set(id, call);
@@ -311,7 +382,7 @@ export class CallBook {
       for (const call of this.calls.values()) {
         if (!call.ended) this._line(call, { kind: "system", text: `${count} events missed`, at: ev.at ?? nowS, dropped: count });
       }
-      return { callId: null, created: false, stateChanged: false, ended: false, dropped: count };
+      return { callId: null, created: false, stateChanged: false, ended: false, dropped: count, assigned: null };
     }
     const id = ev.call_id;
     if (typeof id !== "string" || !id) return null;
@@ -320,7 +391,7 @@ export class CallBook {
     if (!call) call = this._new(id, nowS);
     const at = typeof ev.at === "number" ? ev.at : nowS;
     call.lastEvent = nowS;
-    const out = { callId: id, created, stateChanged: false, ended: false, dropped: 0 };
+    const out = { callId: id, created, stateChanged: false, ended: false, dropped: 0, assigned: null };
 
     switch (ev.type) {
       case "call.started":
@@ -333,6 +404,7 @@ export class CallBook {
         if (call.ended) break;
         call.state = ev.new ?? call.state;
         call.stateAt = at;
+        call.assigned = null;
         out.stateChanged = true;
         if (ev.new === "ai_active" && call.answered === null && ev.old === "ringing") call.answered = at;
         if (ev.new === "human_active") {
@@ -407,6 +479,19 @@ export class CallBook {
       case "call.note":
         this._line(call, { kind: "system", text: `Note by ${ev.by || "?"}: ${ev.text ?? ""}`, at });
         break;
+      case "call.assigned": {
+        // A call a person holds passed to another agent: still human_active, a new owner.
+        if (call.ended || typeof ev.new !== "string" || !ev.new) break;
+        const a = { old: ev.old ?? null, new: ev.new, by: ev.by ?? null, at };
+        call.state = "human_active";
+        call.owner = a.new;
+        call.stateAt = at;
+        call.alert = null;
+        call.assigned = a;
+        out.assigned = a;
+        this._line(call, { kind: "system", text: passedLineText(a), at });
+        break;
+      }
       case "call.transfer_progress": {
         const p = { target: ev.target ?? "", status: ev.status ?? null, at };
         call.transfer.push(p);
@@ -449,13 +534,15 @@ export class CallBook {
     return all.sort((a, b) => rank(a) - rank(b) || start(a) - start(b) || (a.call_id < b.call_id ? -1 : 1));
   }
 
-  /** Mark a call's state after an action of ours the server accepted. */
+  /** Mark a call's state after an action of ours the server accepted (or the state its
+   *  refusal named). A call passed to us is taken up: assignedToMe() is false from then on. */
   setState(id, state, owner, nowS) {
     const call = this.calls.get(id);
     if (!call || call.ended) return;
     call.state = state;
     call.owner = owner;
     call.stateAt = nowS;
+    call.assigned = null;
     if (state === "human_active") call.alert = null;
   }
 
@@ -472,6 +559,7 @@ export class CallBook {
     call.ended = { ...ended, seenAt: ended.at };
     call.state = "ended";
     call.alert = null;
+    call.assigned = null;
     this._line(call, { kind: "system", text: `The call ended (${ended.reason})`, at: ended.at });
   }
 

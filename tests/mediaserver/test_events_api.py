@@ -21,6 +21,7 @@ from kefu.mediaserver.events import (
     EVENT_TYPES,
     AgentNote,
     AgentWait,
+    CallAssigned,
     CallEnded,
     CallStarted,
     CallStateChanged,
@@ -54,6 +55,7 @@ def samples(call_id: str = "c1") -> list[object]:
         TransferProgress(call_id, wall, "sip:queue@vcc", 200),
         AgentWait(call_id, wall, True, "caller asked", 1, ""),
         AgentNote(call_id, wall, "maria", "reshipped"),
+        CallAssigned(call_id, wall, "maria", "li.wei", "maria"),
         CallEnded(call_id, wall, "transferred", True),
     ]
 

@@ -12,6 +12,7 @@ import re
 
 import pytest
 import structlog
+from aiortc.mediastreams import AudioStreamTrack
 
 from kefu.errors import CallStateConflict
 from kefu.mediaserver.call import Call
@@ -72,9 +73,17 @@ def test_plain_targets_pass_unchanged() -> None:
 async def test_a_phone_call_passed_to_a_colleague_stays_with_a_human(server: KefuServer) -> None:
     trunk = await trunk_socket()
     call, _ = await answered_call(server, trunk, "assign-1")
+    assert await server.listen(call.id, "ann") == {"room": f"call:{call.id}"}
+    sfu, room = server.rooms.sfu, f"call:{call.id}"
+    bob = await sfu.join_local(room, "a-bob", "agent", AudioStreamTrack(), user="bob")
+    ann = await sfu.join_local(room, "a-ann", "agent", AudioStreamTrack(), user="ann")
+    assert bob.source is not None and ann.source is not None
+    assert (bob.source.muted, ann.source.muted) == (True, True)  # both listen, silently
     assert await server.takeover(call.id, "bob") == {"room": f"call:{call.id}"}
+    assert (bob.source.muted, ann.source.muted) == (False, True)  # the caller hears bob only
     assert await server.control.assign(call.id, "bob", "ann") == {"owner": "ann"}
     assert (call.state, call.owner) == (CallState.HUMAN_ACTIVE, "ann")
+    assert (bob.source.muted, ann.source.muted) == (True, False)
     # Ann's takeover joins the call's agent room and changes nothing else; Bob's is refused.
     assert await server.takeover(call.id, "ann") == {"room": f"call:{call.id}"}
     with pytest.raises(CallStateConflict) as info:

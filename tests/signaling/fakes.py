@@ -73,7 +73,7 @@ class FakeSfu:
         self.all: list[FakeParticipant] = []
 
     async def join(
-        self, room_id: str, participant_id: str, *, role: str, display: str = ""
+        self, room_id: str, participant_id: str, *, role: str, display: str = "", user: str = ""
     ) -> FakeParticipant:
         if room_id not in self.rooms and len(self.rooms) >= self.max_rooms:
             raise FakeSfuError("node_full")
