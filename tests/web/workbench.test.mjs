@@ -9,8 +9,9 @@ import { readFileSync } from "node:fs";
 
 const source = readFileSync(new URL("../../kefu/web/workbench.js", import.meta.url), "utf8");
 const wb = await import(`data:text/javascript;charset=utf-8,${encodeURIComponent(source)}`);
-const { CallBook, ClockSkew, allowedActions, apiErrorText, callDuration, callerDisplay, decodeJwtPayload,
-  describeToken, formatDuration, stateLabel, transferStatusText } = wb;
+const { CallBook, ClockSkew, PASS_ON_ACTION, agentNameProblem, allowedActions, apiErrorText, assignedToMe,
+  callDuration, callerDisplay, decodeJwtPayload, describeToken, formatDuration, passedLineText,
+  passedToYouText, stateLabel, transferStatusText } = wb;
 
 function jwt(claims) {
   const b64 = (obj) => Buffer.from(JSON.stringify(obj)).toString("base64url");
@@ -83,11 +84,13 @@ test("API errors read as sentences; a takeover conflict names the owner", () => 
 test("what each state allows", () => {
   const ctx = { user: "bob", role: "agent", media: null, busy: null };
   const ai = allowedActions({ call_id: "c1", state: "ai_active" }, ctx);
-  assert.deepEqual(ai, { listen: true, takeover: true, handback: false, transfer: true, hangup: true, leave: false });
+  assert.deepEqual(ai, { listen: true, takeover: true, handback: false, transfer: true, passOn: false,
+    hangup: true, leave: false });
 
   const mine = allowedActions({ call_id: "c1", state: "human_active", owner: "bob" },
     { ...ctx, media: { callId: "c1", state: "in-call" } });
-  assert.deepEqual(mine, { listen: false, takeover: false, handback: true, transfer: true, hangup: true, leave: true });
+  assert.deepEqual(mine, { listen: false, takeover: false, handback: true, transfer: true, passOn: true,
+    hangup: true, leave: true });
 
   const theirs = allowedActions({ call_id: "c1", state: "human_active", owner: "carol" }, ctx);
   assert.equal(theirs.handback, false);
@@ -233,4 +236,134 @@ test("calls waiting for an agent come first, longest wait first, and leave the q
   book.applyEvent({ v: 1, type: "call.agent_wait", call_id: "c", at: 142, waiting: false, reason: "caller asked", position: 0, outcome: "taken" }, 142);
   assert.deepEqual(book.list().map((c) => c.call_id), ["b", "a", "c"]);
   assert.equal(stateLabel(book.get("b")), "Waiting for an agent");
+});
+
+test("call.assigned gives the call a new owner, says so, and marks it for that owner", () => {
+  const book = new CallBook();
+  book.applySnapshot([summary({ call_id: "room:support-7", channel: "webrtc", state: "human_active", owner: "ann" })], 1000);
+  const r = book.applyEvent({ v: 1, type: "call.assigned", call_id: "room:support-7", at: 1005,
+    old: "ann", new: "bob", by: "ann" }, 1005);
+  const call = book.get("room:support-7");
+  assert.deepEqual(r.assigned, { old: "ann", new: "bob", by: "ann", at: 1005 });
+  assert.equal(r.stateChanged, false);
+  assert.equal(call.state, "human_active");
+  assert.equal(call.owner, "bob");
+  assert.equal(stateLabel(call), "Human (bob)");
+  assert.equal(call.lines.at(-1).kind, "system");
+  assert.equal(call.lines.at(-1).text, "ann passed the call to bob");
+  assert.equal(call.alert, null);
+  // Only the new owner's workbench shows it as theirs to join.
+  assert.equal(assignedToMe(call, "bob"), true);
+  assert.equal(assignedToMe(call, "ann"), false);
+  assert.equal(assignedToMe(call, null), false);
+  // A list requested before the event does not give the call back to ann.
+  book.applySnapshot([summary({ call_id: "room:support-7", channel: "webrtc", state: "human_active", owner: "ann" })], 1006, 1004);
+  assert.equal(call.owner, "bob");
+  assert.equal(assignedToMe(call, "bob"), true);
+  // bob's takeover (accepted by the server) takes the call up: no longer marked.
+  book.setState("room:support-7", "human_active", "bob", 1007);
+  assert.equal(assignedToMe(call, "bob"), false);
+  assert.equal(call.assigned, null);
+
+  // A supervisor passes bob's call on: the line names all three.
+  book.applyEvent({ v: 1, type: "call.assigned", call_id: "room:support-7", at: 1010, old: "bob", new: "carol", by: "lee" }, 1010);
+  assert.equal(call.lines.at(-1).text, "lee passed the call from bob to carol");
+  assert.equal(call.owner, "carol");
+  assert.equal(assignedToMe(call, "carol"), true);
+  assert.equal(assignedToMe(call, "bob"), false);
+  // Handed back to the AI before carol came: nothing is hers to join any more.
+  book.applyEvent({ v: 1, type: "call.state_changed", call_id: "room:support-7", at: 1012, old: "human_active",
+    new: "ai_active", reason: "handed back by lee" }, 1012);
+  assert.equal(call.owner, null);
+  assert.equal(call.assigned, null);
+  assert.equal(assignedToMe(call, "carol"), false);
+});
+
+test("call.assigned for an ended call, or without a new owner, changes nothing", () => {
+  const book = new CallBook();
+  book.applySnapshot([summary({ state: "human_active", owner: "ann" })], 1000);
+  book.applyEvent({ v: 1, type: "call.assigned", call_id: "c1", at: 1001, old: "ann", by: "ann" }, 1001);
+  assert.equal(book.get("c1").owner, "ann");
+  assert.equal(book.get("c1").assigned, null);
+  book.applyEvent({ v: 1, type: "call.ended", call_id: "c1", at: 1002, reason: "bye", answered: true }, 1002);
+  const lines = book.get("c1").lines.length;
+  const r = book.applyEvent({ v: 1, type: "call.assigned", call_id: "c1", at: 1003, old: "ann", new: "bob", by: "ann" }, 1003);
+  assert.equal(r.assigned, null);
+  assert.equal(book.get("c1").owner, "ann");
+  assert.equal(book.get("c1").lines.length, lines);
+  assert.equal(assignedToMe(book.get("c1"), "bob"), false);
+});
+
+test("the texts of a pass-on", () => {
+  assert.equal(passedLineText({ old: "ann", new: "bob", by: "ann" }), "ann passed the call to bob");
+  assert.equal(passedLineText({ old: "ann", new: "bob", by: "lee" }), "lee passed the call from ann to bob");
+  assert.equal(passedLineText({ old: null, new: "bob", by: null }), "The call was passed to bob");
+  assert.equal(passedToYouText({ old: "ann", new: "bob", by: "ann" }, "Alice"),
+    "ann passed you the call from Alice: take it over to join.");
+  assert.equal(passedToYouText({ old: "ann", new: "bob", by: "lee" }),
+    "lee passed you ann's call: take it over to join.");
+});
+
+test("a call passed to an agent: they may take it over; only its holder or a supervisor passes it on", () => {
+  const call = { call_id: "room:support-7", state: "human_active", owner: "bob" };
+  const bob = { user: "bob", role: "agent", media: null, busy: null };
+  // bob, not in the call's audio yet: taking it over joins it.
+  assert.deepEqual(allowedActions(call, bob), { listen: true, takeover: true, handback: true, transfer: true,
+    passOn: true, hangup: true, leave: false });
+  // Listening with the microphone off: taking over still opens it; talking already: not again.
+  const listening = allowedActions(call, { ...bob, media: { callId: "room:support-7", state: "in-call", mic: false } });
+  assert.equal(listening.takeover, true);
+  assert.equal(listening.listen, false);
+  assert.equal(listening.leave, true);
+  const talking = allowedActions(call, { ...bob, media: { callId: "room:support-7", state: "in-call", mic: true } });
+  assert.equal(talking.takeover, false);
+  assert.equal(talking.passOn, true);
+  // Audio of another call does not count as being in this one.
+  assert.equal(allowedActions(call, { ...bob, media: { callId: "c2", state: "in-call", mic: true } }).takeover, true);
+
+  // Another agent neither takes it nor passes it on.
+  const carol = allowedActions(call, { ...bob, user: "carol" });
+  assert.deepEqual(carol, { listen: true, takeover: false, handback: false, transfer: false, passOn: false,
+    hangup: true, leave: false });
+  // A supervisor or admin passes it on (but does not take a call someone holds).
+  for (const role of ["supervisor", "admin"]) {
+    const lead = allowedActions(call, { ...bob, user: "lee", role });
+    assert.equal(lead.passOn, true, role);
+    assert.equal(lead.takeover, false, role);
+  }
+  // Only a call a person holds passes on; not while busy or ended.
+  assert.equal(allowedActions({ call_id: "c1", state: "ai_active" }, { ...bob, role: "supervisor" }).passOn, false);
+  assert.equal(allowedActions({ call_id: "c1", state: "transferring", owner: "bob" }, bob).passOn, false);
+  assert.equal(allowedActions({ call_id: "c1", state: "human_active", owner: null }, bob).passOn, false);
+  assert.equal(allowedActions(call, { ...bob, busy: "passing the call on" }).passOn, false);
+  assert.equal(allowedActions({ ...call, ended: { reason: "bye" } }, bob).passOn, false);
+});
+
+test("a refused pass-on reads as a sentence; names are checked before asking", () => {
+  assert.equal(PASS_ON_ACTION, "Passing the call on");
+  assert.equal(apiErrorText(PASS_ON_ACTION, 409, { error: { code: "wrong_state", state: "human_active", owner: "carol" } }, "bob"),
+    "The call is held by carol: only its holder or a supervisor can pass it on.");
+  assert.equal(apiErrorText(PASS_ON_ACTION, 409, { error: { code: "wrong_state", state: "ai_active", owner: null } }, "bob"),
+    "The AI has this call: take it over before passing it on.");
+  assert.equal(apiErrorText(PASS_ON_ACTION, 409, { error: { code: "wrong_state", state: "transferring" } }, "bob"),
+    "The call cannot be passed on while it is Transferring.");
+  assert.equal(apiErrorText(PASS_ON_ACTION, 400, { error: { code: "bad_request", message: "an agent's name is 1-128 printable characters" } }, "bob"),
+    "That is not a valid agent name: enter the colleague's user name (1 to 128 printable characters).");
+  assert.equal(apiErrorText(PASS_ON_ACTION, 404, { error: { code: "unknown_call" } }, "bob"), "That call does not exist any more.");
+  // Other actions keep their texts.
+  assert.equal(apiErrorText("Taking over", 409, { error: { code: "wrong_state", state: "human_active", owner: "carol" } }, "bob"),
+    "Already taken by carol.");
+  assert.equal(apiErrorText("Transferring", 400, { error: { code: "bad_request", message: "x" } }),
+    "Transferring failed: the server did not understand the request: x.");
+
+  assert.equal(agentNameProblem("  ", {}), "Enter the user name of the colleague to pass the call to.");
+  assert.equal(agentNameProblem(undefined), "Enter the user name of the colleague to pass the call to.");
+  assert.equal(agentNameProblem("x".repeat(129)), "A user name has at most 128 characters.");
+  assert.equal(agentNameProblem("客".repeat(128)), null);
+  assert.equal(agentNameProblem("bo\u0007b"), "That is not a valid user name: it contains characters that cannot be printed.");
+  assert.equal(agentNameProblem("li\u00a0wei"), "That is not a valid user name: it contains characters that cannot be printed.");
+  assert.equal(agentNameProblem(" li wei "), null);
+  assert.equal(agentNameProblem("bob", { owner: "bob", me: "bob" }), "You already hold this call: enter a colleague's user name.");
+  assert.equal(agentNameProblem("ann", { owner: "ann", me: "lee" }), "ann already holds this call.");
+  assert.equal(agentNameProblem("carol", { owner: "ann", me: "ann" }), null);
 });
