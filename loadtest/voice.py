@@ -324,19 +324,24 @@ async def run_webrtc(
     concurrency: int = 1,
     config_path: str | None = None,
     secret: str | None = None,
+    rooms: Sequence[str] | None = None,
 ) -> list[Heard]:
-    """One aiortc customer per script, each in a fresh room (so each gets its own AI bot)."""
+    """One aiortc customer per script, each in a fresh room (so each gets its own AI bot);
+    ``rooms`` names them (default: random ids)."""
     sem = asyncio.Semaphore(max(1, concurrency))
+    names = list(rooms) if rooms is not None else [f"voice-{secrets.token_hex(4)}" for _ in scripts]
+    if len(names) != len(scripts):
+        raise ValueError("one room per script")
 
-    async def guarded(script: Script) -> Heard:
+    async def guarded(script: Script, room: str) -> Heard:
         async with sem:
-            return await _webrtc_call(target, script, config_path=config_path, secret=secret)
+            return await _webrtc_call(target, script, room, config_path=config_path, secret=secret)
 
-    return list(await asyncio.gather(*(guarded(s) for s in scripts)))
+    return list(await asyncio.gather(*(guarded(s, r) for s, r in zip(scripts, names, strict=True))))
 
 
 async def _webrtc_call(
-    target: str, script: Script, *, config_path: str | None, secret: str | None
+    target: str, script: Script, room: str, *, config_path: str | None, secret: str | None
 ) -> Heard:
     from aiortc.mediastreams import MediaStreamError
 
@@ -344,19 +349,24 @@ async def _webrtc_call(
     from loadtest.webrtc_client import RATE, PacedPcmTrack, WebRtcClient, frame_to_mono
 
     class TimedClient(WebRtcClient):
-        """Keeps each received frame with its arrival time (the base class only appends)."""
+        """Keeps each received frame with its arrival time and track (the base class only
+        appends): with an agent in the room the caller gets two tracks, mixed afterwards."""
 
-        timed: list[tuple[float, np.ndarray, int]]
+        timed: list[tuple[float, np.ndarray, int, int]]
+        """(arrival, mono PCM, rate, track index) of every frame received."""
+        track_count = 0
 
         async def _record(self, track: Any) -> None:
+            index = self.track_count
+            self.track_count += 1
             try:
                 while True:
                     frame = await track.recv()
-                    self.timed.append((time.monotonic(), frame_to_mono(frame), frame.sample_rate))
+                    pcm = frame_to_mono(frame)
+                    self.timed.append((time.monotonic(), pcm, frame.sample_rate, index))
             except MediaStreamError:
                 pass
 
-    room = f"voice-{secrets.token_hex(4)}"
     if secret is not None:
         from kefu.signaling.tokens import mint_token
 
@@ -384,11 +394,33 @@ async def _webrtc_call(
     for k, pl in enumerate(script.placed):
         heard.speech_ends[k] = start + pl.speech_end_s
         heard.speech_starts[k] = start + pl.speech_start_s
-    heard.frames = [(at, _rms(pcm)) for at, pcm, _ in client.timed]
-    heard.reply_t0 = client.timed[0][0] - len(client.timed[0][1]) / client.timed[0][2]
-    parts = [_resample(pcm, rate, ASR_RATE) for _, pcm, rate in client.timed]
-    heard.reply = np.concatenate(parts) if parts else np.zeros(0, np.int16)
+    heard.frames = [(at, _rms(pcm)) for at, pcm, _, _ in client.timed]
+    heard.reply_t0, heard.reply = mix_by_arrival(client.timed)
     return heard
+
+
+def mix_by_arrival(
+    timed: Sequence[tuple[float, np.ndarray, int, int]],
+) -> tuple[float, np.ndarray]:
+    """What a listener heard from several received tracks, mixed at 16 kHz: ``timed`` holds
+    (arrival time, mono PCM, sample rate, track index) per frame. Each frame is placed where
+    it arrived, ending at its arrival, but never over the end of the track's previous frame
+    (a burst after a delay is laid end to end); silence fills each track's gaps; the tracks
+    are summed (clipped to 16 bits). Returns (time of sample 0, PCM)."""
+    if not timed:
+        return 0.0, np.zeros(0, np.int16)
+    t0 = min(at - len(pcm) / rate for at, pcm, rate, _ in timed)
+    pieces: list[tuple[int, np.ndarray]] = []
+    ends: dict[int, int] = {}
+    for at, pcm, rate, track in sorted(timed, key=lambda f: f[0]):
+        chunk = _resample(pcm, rate, ASR_RATE)
+        start = max(int(round((at - t0) * ASR_RATE)) - len(chunk), ends.get(track, 0), 0)
+        ends[track] = start + len(chunk)
+        pieces.append((start, chunk))
+    mix = np.zeros(max(ends.values()), np.int32)
+    for start, chunk in pieces:
+        mix[start : start + len(chunk)] += chunk
+    return t0, np.clip(mix, -32768, 32767).astype(np.int16)
 
 
 def barge_in_scripts(calls: int) -> list[Script]:

@@ -35,7 +35,6 @@ from kefu.sfu.api import LocalParticipant, Participant, Sfu
 log = structlog.get_logger("kefu.rooms")
 
 BotFactory = Callable[[str, MediaStreamTrack, Callable[[object], None]], Any]
-SERVER_ROLES = frozenset({"bot", "sip"})
 BOT_ID = "kefu-bot"
 ROOM_CHANNEL_EVENTS: tuple[type, ...] = (Utterance, BargeIn, HandoffRequested, CallStateChanged)
 """What a room's data channel carries of its call's events (the caller page's transcript and
@@ -174,8 +173,10 @@ class RoomService:
         await self.sfu.sweep()
         for info in self.sfu.rooms():
             room_id = info.room_id
-            humans = [pid for pid, role in info.participants if role not in SERVER_ROLES]
-            if not humans and room_id in self._bots:
+            # The AI serves the room's callers: once the last one has left, the call is over
+            # (agents still in the room, listening or not, do not keep it going).
+            callers = [pid for pid, role in info.participants if role == "customer"]
+            if not callers and room_id in self._bots:
                 await self._remove_bot(room_id)
                 log.info("room_bot_left", room=room_id)
         for room_id in [r for r in self._bots if not self.sfu.room_exists(r)]:

@@ -11,7 +11,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiortc.mediastreams import MediaStreamTrack
+from aiortc.mediastreams import AudioStreamTrack, MediaStreamTrack
 
 from kefu.ai_bridge.events import HandoffRequested
 from kefu.mediaserver.agent_queue import NO_AGENT
@@ -148,3 +148,19 @@ async def test_an_agent_passes_a_web_call_to_a_colleague_who_then_joins_it(
         (listed,) = await server.list_calls()
         assert (listed["state"], listed["owner"]) == ("human_active", "sue")
     assert agent.floor == ["pause"]
+
+
+async def test_the_call_ends_when_its_caller_leaves_even_with_agents_still_in_the_room(
+    server: KefuServer,
+) -> None:
+    await web_call(server, "bye-1")
+    ended = server.bus.subscribe(lambda e: getattr(e, "call_id", "") == "room:bye-1")
+    sfu = server.rooms.sfu
+    await sfu.join_local("bye-1", "s-1", "supervisor", AudioStreamTrack(), user="sue")
+    customer = sfu.participant("bye-1", "carol")
+    assert customer is not None
+    await customer.leave()  # type: ignore[attr-defined]
+    await server.rooms.sweep()
+    event = await asyncio.wait_for(ended.queue.get(), 3.0)
+    assert (type(event).__name__, getattr(event, "reason", "")) == ("CallEnded", "room_closed")
+    assert server.rooms.calls == {} and await server.list_calls() == []
