@@ -76,6 +76,8 @@ class Call:
     """The room where human agents listen in and take over (:mod:`.agent_room`)."""
     owner: str | None = None
     """The human who holds the call while ``human_active``."""
+    recording: Any = None
+    """Its :class:`~kefu.mediaserver.recording.CallRecording` (``calls.record``), or None."""
     _agent_room_opening: asyncio.Future[AgentRoom] | None = None
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
     end_reason: str | None = None

@@ -75,6 +75,8 @@ class CallLifecycle:
         for task in list(call.tasks):
             if task is not current:
                 task.cancel()
+        if call.recording is not None:
+            call.recording.close()
         if call.agent is not None:
             await _release(call, "agent", call.agent.close)
         if call.room is not None:

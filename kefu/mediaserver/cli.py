@@ -16,6 +16,7 @@ from kefu.mediaserver.config import (
     load_config,
     parse_port_range,
 )
+from kefu.mediaserver.recording import prepare_dir, recordings_path
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -124,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "serve":
         try:
             config = load_config(args.config, overrides=_overrides(args))
+            if config.calls.record:
+                prepare_dir(recordings_path(config))
         except ConfigError as exc:
             print(f"kefu: configuration error: {exc}", file=sys.stderr)  # noqa: T201
             return 2

@@ -135,6 +135,12 @@ class CallsConfig:
     agent_grace_s: float = 10.0
     """The agent holding a call vanished (browser closed, network lost): after this long with
     no agent in the call's room, the call goes back to the AI, which tells the caller."""
+    record: bool = False
+    """Record every phone call, both directions, as a stereo WAV (kefu.mediaserver.recording)."""
+    recordings_dir: str | None = None
+    """Where recordings go (default: ``<state_dir>/recordings``); must be writable at start."""
+    recording_retention_days: float = 30.0
+    """Recordings older than this are deleted (checked hourly)."""
     transfer_allow: tuple[str, ...] = ()
     """Where ``POST /api/calls/{id}/transfer`` may REFER a caller: exact URIs
     (``sip:queue@vcc.example``, ``tel:+861012345``) or ``sip:*@HOST[:PORT]``; anything else
@@ -328,6 +334,11 @@ def _validate(config: Config) -> Config:
         raise ConfigError("sip.auth_algorithm must be MD5 or SHA-256", key="sip.auth_algorithm")
     if config.log.level.lower() not in ("debug", "info", "warning", "error"):
         raise ConfigError(f"log.level: unknown level {config.log.level!r}", key="log.level")
+    if config.calls.recording_retention_days <= 0:
+        raise ConfigError(
+            "calls.recording_retention_days must be above 0",
+            key="calls.recording_retention_days",
+        )
     if config.webrtc.room_workers < 0:
         raise ConfigError(
             "webrtc.room_workers must be 0 (one per CPU) or more", key="webrtc.room_workers"

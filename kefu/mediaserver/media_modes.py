@@ -29,6 +29,7 @@ from kefu.mediaserver.config import Config
 from kefu.mediaserver.events import AgentNote
 from kefu.mediaserver.media import PcmTrack, PromptThenEcho, chime, load_wav
 from kefu.mediaserver.metrics import Metrics
+from kefu.mediaserver.recording import RecordingWriter
 from kefu.mediaserver.room_calls import room_call_id
 from kefu.mediaserver.rooms import RoomService
 
@@ -54,6 +55,8 @@ class MediaModes:
         self.on_handoff = on_handoff
         """Called when the AI asks for a human (the SIP side transfers the call)."""
         self.ai: AiServices | None = None
+        self.recordings: RecordingWriter | None = None
+        """Records every call it starts (``calls.record``; set by the server)."""
         self.prompt = None
         if config.calls.media_mode == "prompt" and config.calls.prompt_wav:
             self.prompt = load_wav(config.calls.prompt_wav)
@@ -108,6 +111,9 @@ class MediaModes:
             (n.remote_address, n.remote_rtcp_port),
             direction=n.direction,
         )
+        if self.recordings is not None and call.recording is None:
+            call.recording = self.recordings.open(call.id, ep.loop_time())
+            ep.recorder = call.recording.feed
         mode = self.config.calls.media_mode
         if self.config.calls.sip_room:
             return  # the room's mix is played once the call has joined it

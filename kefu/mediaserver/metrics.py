@@ -49,6 +49,9 @@ class Metrics:
             registry=r,
         )
         self.dtmf = Counter("kefu_dtmf_total", "DTMF digits received", ["source"], registry=r)
+        self.recordings = Counter(
+            "kefu_recordings_total", "Call recordings finished, by result", ["result"], registry=r
+        )
         self.loop_lag = Histogram(
             "kefu_event_loop_lag_seconds",
             "How late the event loop ran a 100 ms timer",

@@ -43,6 +43,7 @@ from kefu.mediaserver.front import start_front
 from kefu.mediaserver.logs import configure_logging
 from kefu.mediaserver.media_modes import MediaModes
 from kefu.mediaserver.metrics import Metrics
+from kefu.mediaserver.recording import RecordingWriter, prepare_dir, prune, recordings_path
 from kefu.mediaserver.room_calls import RoomCall
 from kefu.mediaserver.room_worker import start_room_worker, stop_when_orphaned
 from kefu.mediaserver.room_workers import RoomWorkers, WorkerSpec
@@ -140,6 +141,13 @@ class KefuServer:
         )
         self.bus.attach(self.agent_queue.read)
         self.bus.attach(self._room_handoff)
+        self.recordings: RecordingWriter | None = None
+        if config.calls.record and worker is None:
+            self.recordings = RecordingWriter(
+                prepare_dir(recordings_path(config)),
+                on_result=lambda result: self.metrics.recordings.labels(result).inc(),
+            )
+            self.media.recordings = self.recordings
 
     # --- what tests, the CLI and the control surface read -------------------------------------
 
@@ -203,6 +211,18 @@ class KefuServer:
             await start_room_worker(self, self.worker)
         else:
             await start_front(self)
+        if self.recordings is not None:
+            self.spawn(self._prune_recordings(), "recordings-prune")
+
+    async def _prune_recordings(self) -> None:
+        """Hourly: delete recordings older than ``calls.recording_retention_days``."""
+        assert self.recordings is not None
+        days = self.config.calls.recording_retention_days
+        while True:
+            gone = await asyncio.to_thread(prune, self.recordings.directory, days)
+            if gone:
+                log.info("recordings_pruned", files=gone, retention_days=days)
+            await asyncio.sleep(3600.0)
 
     async def drain(self, grace: float | None = None) -> None:
         """Refuse new calls (503) and wait for calls in progress, then hang up the rest."""
@@ -219,6 +239,8 @@ class KefuServer:
 
     async def stop(self) -> None:
         await self.lifecycle.end_all("shutdown")
+        if self.recordings is not None:
+            await asyncio.to_thread(self.recordings.close)
         self.agent_queue.close()
         await self.sip.close()
         if self.worker_link is not None:

@@ -103,6 +103,9 @@ class RtpEndpoint:
         self.dropped_before_start = 0
         self.internal_errors = 0
         self.on_stats: Callable[[RtpStats], None] | None = None
+        self.recorder: Callable[[int, float, str, bytes], None] | None = None
+        """Gets (0 received / 1 sent, loop time, codec, payload) of every audio frame: the
+        call's recording (kefu.mediaserver.recording). It must only copy, never block."""
         self._session: RtpSession | None = None
         self._sender: RtpSender | None = None
         self._source: MediaStreamTrack | None = None
@@ -175,6 +178,7 @@ class RtpEndpoint:
         )
         self.inbound.configure(codec, ptime_ms)
         self._sender = RtpSender(self._session, self._send_rtp, self._loop.time, log=self._log)
+        self._sender.on_payload = lambda payload: self._record(1, self._loop.time(), payload)
         self._sender.configure(codec, ptime_ms)
         self._sender.sending = direction in _SENDING
         self._sender.set_source(self._source)
@@ -260,9 +264,11 @@ class RtpEndpoint:
             events = session.receive_datagram(data, addr, self._loop.time())
             for event in events:
                 if isinstance(event, AudioPacket):
+                    self._record(0, event.arrival, event.payload)
                     if self._reflecting:
                         if self._sender is not None and self._sender.sending:
                             self._send_rtp(session.reflect(event, event.arrival))
+                            self._record(1, event.arrival, event.payload)
                     else:
                         self.inbound.push(event)
                 elif isinstance(event, DtmfReceived):
@@ -277,6 +283,15 @@ class RtpEndpoint:
                 self._log.exception("rtp_receive_failed")
         if self._timer is None:
             self._arm_rtcp()
+
+    def loop_time(self) -> float:
+        """The clock of this endpoint's packet times (the event loop's)."""
+        return self._loop.time()
+
+    def _record(self, channel: int, at: float, payload: bytes) -> None:
+        codec = self.inbound.codec
+        if self.recorder is not None and codec is not None:
+            self.recorder(channel, at, codec.name, payload)
 
     def _queue_dtmf(self, event: DtmfReceived) -> None:
         if self.dtmf.full():

@@ -230,6 +230,8 @@ class RtpSender:
         self._resampler: av.AudioResampler | None = None
         self._resampler_key: tuple[str, str, int] | None = None
         self.sending = True
+        self.on_payload: Callable[[bytes], None] | None = None
+        """Sees every audio payload sent (the call's recording)."""
         self.packets_sent = 0
         self.slots_skipped = 0
         self.source_ended = 0
@@ -369,10 +371,7 @@ class RtpSender:
             self.encode_errors += 1
             self._session.advance_timestamp(self._step)
             return
-        data = self._session.packetize(payload, self._step, self._clock(), marker=self._marker)
-        self._marker = False
-        self.packets_sent += 1
-        self._send(data)
+        self._emit_payload(payload)
 
     def _emit_payload(self, payload: bytes | None) -> None:
         if payload is None or not self.sending:
@@ -383,6 +382,8 @@ class RtpSender:
         self._marker = False
         self.packets_sent += 1
         self._send(data)
+        if self.on_payload is not None:
+            self.on_payload(payload)
 
     async def _send_dtmf(self, digit: str) -> None:
         try:
