@@ -24,6 +24,7 @@ from kefu.ai_bridge.listen.asr.whisper import WhisperAsr, WhisperOptions
 from kefu.ai_bridge.settings import AiSettings
 from kefu.ai_bridge.speak import Voice
 from kefu.ai_bridge.trace import InteractionLog, TurnMetrics
+from kefu.privacy.seal import Sealer, load_key
 
 __all__ = ["AiServices", "AiSettings", "Part"]
 
@@ -142,7 +143,14 @@ class AiServices:
             guarded("dialog", lambda: loop.run_in_executor(None, load_dialog)),
             guarded("tts", load_voice),
         )
-        ilog = InteractionLog(settings.interaction_log) if settings.interaction_log else None
+        ilog = None
+        if settings.interaction_log:
+            key = settings.interaction_log_key_file
+            ilog = InteractionLog(
+                settings.interaction_log,
+                mask=settings.interaction_log_mask,
+                sealer=Sealer(load_key(key)) if key else None,
+            )
         services = cls(
             settings,
             asr=asr,

@@ -41,6 +41,10 @@ class AiSettings:
     """Vocabulary biasing the ASR (product names)."""
     interaction_log: str | None = None
     """Path of the JSONL interaction log (one line per turn); None: off."""
+    interaction_log_mask: bool = True
+    """Mask personal data in its lines (kefu.privacy.mask; config ``privacy.mask``)."""
+    interaction_log_key_file: str | None = None
+    """Seal its lines with this SM4 key (kefu.privacy.seal; config ``privacy.key_file``)."""
     asr_threads: int = 2
     """CTranslate2 threads of the Whisper worker."""
     asr_model_path: str | None = None

@@ -24,6 +24,8 @@ import structlog
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from kefu.ai_bridge.events import BargeIn
+from kefu.privacy.mask import mask_record
+from kefu.privacy.seal import Sealer
 
 __all__ = ["STAGES", "InteractionLog", "TurnMetrics", "TurnTrace", "TurnTracer"]
 
@@ -151,12 +153,23 @@ class InteractionLog:
     overflows (the disk stalls) drops the oldest lines and counts them in ``dropped``.
     """
 
-    def __init__(self, path: str | Path, *, max_pending: int = 1000) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        max_pending: int = 1000,
+        mask: bool = False,
+        sealer: Sealer | None = None,
+    ) -> None:
         self.path = Path(path)
         self.max_pending = max_pending
+        self.mask = mask
+        """Mask personal data in every record (:mod:`kefu.privacy.mask`)."""
+        self.sealer = sealer
+        """Seal every line with SM4 (:mod:`kefu.privacy.seal`); None: in the clear."""
         self.dropped = 0
         self.written = 0
-        self._pending: list[str] = []
+        self._pending: list[dict[str, Any]] = []
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="interaction-log")
         self._flushing: asyncio.Task[None] | None = None
 
@@ -172,7 +185,7 @@ class InteractionLog:
         if len(self._pending) >= self.max_pending:
             self._pending.pop(0)
             self.dropped += 1
-        self._pending.append(json.dumps(record, ensure_ascii=False, default=str))
+        self._pending.append(record)
         if self._flushing is None or self._flushing.done():
             try:
                 loop = asyncio.get_running_loop()
@@ -186,7 +199,15 @@ class InteractionLog:
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(self._executor, self._append, lines)
 
-    def _append(self, lines: list[str]) -> None:
+    def _line(self, record: dict[str, Any]) -> str:
+        """One record as its line: masked, then sealed, as configured (on the thread)."""
+        if self.mask:
+            record = mask_record(record)
+        line = json.dumps(record, ensure_ascii=False, default=str)
+        return self.sealer.seal_line(line) if self.sealer is not None else line
+
+    def _append(self, records: list[dict[str, Any]]) -> None:
+        lines = [self._line(record) for record in records]
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a", encoding="utf-8") as fh:
             fh.write("\n".join(lines) + "\n")

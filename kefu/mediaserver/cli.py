@@ -17,6 +17,7 @@ from kefu.mediaserver.config import (
     parse_port_range,
 )
 from kefu.mediaserver.recording import prepare_dir, recordings_path
+from kefu.privacy.seal import load_key
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -43,6 +44,14 @@ def _parser() -> argparse.ArgumentParser:
     token.add_argument("--user", required=True)
     token.add_argument("--room", help="restrict the token to this room")
     token.add_argument("--ttl", type=float, default=3600.0, metavar="SECONDS")
+    decrypt = sub.add_parser(
+        "decrypt", help="decrypt a sealed recording or interaction log (authorised export)"
+    )
+    decrypt.add_argument("path", metavar="FILE")
+    decrypt.add_argument("--key-file", required=True, metavar="KEY")
+    decrypt.add_argument("--out", metavar="FILE", help="default: FILE without .sm4, or FILE.txt")
+    keygen = sub.add_parser("keygen", help="write a new SM4 key file (privacy.key_file)")
+    keygen.add_argument("path", metavar="KEY")
     kb = sub.add_parser("kb", help="knowledge base")
     kb_sub = kb.add_subparsers(dest="kb_command", required=True)
     kb_import = kb_sub.add_parser("import", help="import Markdown, CSV or JSONL files")
@@ -92,6 +101,26 @@ def _token(args: argparse.Namespace) -> int:
     return 0
 
 
+def _privacy(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from kefu.privacy.export import decrypt, keygen
+    from kefu.privacy.seal import SealError
+
+    path = Path(args.path)
+    try:
+        if args.command == "keygen":
+            keygen(path)
+            print(f"wrote a new key to {path} (mode 600)")  # noqa: T201
+            return 0
+        default = path.with_suffix("") if path.suffix == ".sm4" else Path(f"{path}.txt")
+        print(decrypt(path, Path(args.key_file), Path(args.out) if args.out else default))  # noqa: T201
+        return 0
+    except (SealError, OSError) as exc:
+        print(f"kefu: {args.command}: {exc}", file=sys.stderr)  # noqa: T201
+        return 1
+
+
 def _kb_import(args: argparse.Namespace) -> int:
     from kefu.ai_bridge.dialog.kb import KbImportError, import_kb
 
@@ -119,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
             return _token(args)
         if args.command == "kb":
             return _kb_import(args)
+        if args.command in ("decrypt", "keygen"):
+            return _privacy(args)
     except ConfigError as exc:
         print(f"kefu: configuration error: {exc}", file=sys.stderr)  # noqa: T201
         return 2
@@ -127,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
             config = load_config(args.config, overrides=_overrides(args))
             if config.calls.record:
                 prepare_dir(recordings_path(config))
+            if config.privacy.key_file:
+                load_key(config.privacy.key_file)
         except ConfigError as exc:
             print(f"kefu: configuration error: {exc}", file=sys.stderr)  # noqa: T201
             return 2

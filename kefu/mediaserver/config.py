@@ -184,6 +184,17 @@ class ServerConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class PrivacyConfig:
+    """Personal data at rest (kefu.privacy): the interaction log and call recordings."""
+
+    mask: bool = True
+    """Mask phone, card and ID numbers and e-mail addresses in the interaction log."""
+    key_file: str | None = None
+    """SM4 key (16 bytes, or 32 hex characters): seal the interaction log's lines and the
+    recordings with it; None: written in the clear."""
+
+
+@dataclass(frozen=True, slots=True)
 class LogConfig:
     level: str = "info"
     json: bool = True
@@ -200,6 +211,7 @@ class Config:
     server: ServerConfig = field(default_factory=ServerConfig)
     ai: AiSettings = field(default_factory=AiSettings)
     log: LogConfig = field(default_factory=LogConfig)
+    privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
 
     @property
     def state_path(self) -> Path:

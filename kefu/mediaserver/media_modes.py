@@ -90,7 +90,13 @@ class MediaModes:
         kb_dir = ai.kb_dir
         if kb_dir is None and (state / "kb" / "meta.json").exists():
             kb_dir = str(state / "kb")
-        return replace(ai, cache_dir=ai.cache_dir or str(state / "cache"), kb_dir=kb_dir)
+        return replace(
+            ai,
+            cache_dir=ai.cache_dir or str(state / "cache"),
+            kb_dir=kb_dir,
+            interaction_log_mask=self.config.privacy.mask,
+            interaction_log_key_file=self.config.privacy.key_file,
+        )
 
     def _room_agent(self, room_id: str, hears: MediaStreamTrack, publish: Any) -> CallAgent:
         assert self.ai is not None

@@ -7,7 +7,8 @@ copies bytes into a queue. One writer thread per server decodes them, places eac
 its time on the call's clock (a gap becomes silence, a burst is laid end to end), so the two
 channels stay in sync, and appends them to two temporary mono files; when the call ends it
 interleaves them into ``<recordings_dir>/<YYYY-MM-DD>/<call id>.wav`` (16-bit PCM at the
-codec's rate), written as ``.part`` and renamed, so a file with the final name is complete.
+codec's rate; sealed with SM4 as ``.wav.sm4`` when ``privacy.key_file`` is set), written as
+``.part`` and renamed, so a file with the final name is complete.
 
 A write that fails (full disk, directory removed) is logged (``recording_failed``) and
 counted; the call never notices. More than ``max_pending`` frames waiting for the thread
@@ -37,6 +38,7 @@ from kefu.codecs.registry import codec_info, make_decoder
 from kefu.codecs.resample import resample
 from kefu.errors import CodecError, ConfigError
 from kefu.mediaserver.config import Config
+from kefu.privacy.seal import Sealer
 
 __all__ = [
     "CALLER",
@@ -150,8 +152,11 @@ class RecordingWriter:
         *,
         max_pending: int = 20_000,
         on_result: Callable[[str], None] | None = None,
+        sealer: Sealer | None = None,
     ) -> None:
         self.directory = directory
+        self.sealer = sealer
+        """Seal finished recordings with SM4 (``<call id>.wav.sm4``); None: plain WAV."""
         self.max_pending = max_pending
         self.on_result = on_result
         """Called (on the thread) with ``written`` or ``failed`` per recording."""
@@ -267,10 +272,14 @@ class RecordingWriter:
             return
         day = datetime.fromtimestamp(time.time(), UTC).strftime("%Y-%m-%d")
         final = self.directory / day / f"{_SAFE.sub('_', call_id)}.wav"
-        part = final.with_suffix(".wav.part")
+        if self.sealer is not None:
+            final = final.with_suffix(".wav.sm4")
+        part = final.with_name(final.name + ".part")
         try:
             final.parent.mkdir(parents=True, exist_ok=True)
             self._interleave(call, part)
+            if self.sealer is not None:
+                self._seal(part)
             os.replace(part, final)
         except OSError as exc:
             self._failed(call_id, "finish", exc)
@@ -305,6 +314,18 @@ class RecordingWriter:
                     pair[: len(got), side] = got
                 out.writeframes(pair.tobytes())
                 done += n
+
+    def _seal(self, path: Path) -> None:
+        """Replace the finished WAV at ``path`` by its sealed form (same name)."""
+        assert self.sealer is not None
+        sealed = path.with_name(path.name + ".sealing")
+        try:
+            with path.open("rb") as plain, sealed.open("wb") as out:
+                self.sealer.seal_file(plain, out)
+            os.replace(sealed, path)
+        finally:
+            with contextlib.suppress(OSError):
+                sealed.unlink()
 
     def _discard(self, call: _Call) -> None:
         call.broken = True

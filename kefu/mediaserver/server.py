@@ -51,6 +51,7 @@ from kefu.mediaserver.rooms import RoomService
 from kefu.mediaserver.sip_dispatch import SipDispatch, transfer_target
 from kefu.mediaserver.tasks import ServerTasks
 from kefu.mediaserver.worker_link import WorkerLink
+from kefu.privacy.seal import Sealer, load_key
 from kefu.rtp.ports import PortAllocator
 from kefu.sfu.api import PeerSettings, Sfu
 from kefu.signaling.hub import SignalingHub
@@ -143,9 +144,11 @@ class KefuServer:
         self.bus.attach(self._room_handoff)
         self.recordings: RecordingWriter | None = None
         if config.calls.record and worker is None:
+            key = config.privacy.key_file
             self.recordings = RecordingWriter(
                 prepare_dir(recordings_path(config)),
                 on_result=lambda result: self.metrics.recordings.labels(result).inc(),
+                sealer=Sealer(load_key(key)) if key else None,
             )
             self.media.recordings = self.recordings
 
