@@ -36,6 +36,7 @@ from numpy.typing import NDArray
 from ..lane import Lane
 from .asr.base import AsrEngine, AsrResult, PartialRecognizer
 from .asr.partials import looks_complete
+from .asr.schedule import DecodeTicket
 from .endpoint import (
     EndpointConfig,
     Endpointer,
@@ -170,7 +171,8 @@ class Listener:
         self._log = log.bind(call_id=call_id)
         self._closed = False
         # Speculative decode in flight or done: (turn_id, revision, task).
-        self._spec: tuple[int, int, asyncio.Task[AsrResult]] | None = None
+        self._spec: tuple[int, int, asyncio.Task[AsrResult], DecodeTicket] | None = None
+        """The speculative decode in flight: (turn, revision, its task, its ticket)."""
         self._finals: set[asyncio.Task[None]] = set()
         self._partials_exec = partials_executor
         self._partial_q: Lane[_PartialItem] = Lane(100, is_control=_is_turn_end)
@@ -261,9 +263,10 @@ class Listener:
 
     def _start_spec(self, ev: VoicePaused) -> None:
         self._cancel_spec()
-        task = asyncio.get_running_loop().create_task(self._transcribe(ev.audio))
+        ticket = DecodeTicket(urgent=False)  # it waits behind every turn that has ended
+        task = asyncio.get_running_loop().create_task(self._transcribe(ev.audio, ticket))
         task.add_done_callback(functools.partial(self._on_spec_done, ev.turn_id))
-        self._spec = (ev.turn_id, ev.revision, task)
+        self._spec = (ev.turn_id, ev.revision, task, ticket)
 
     def _on_spec_done(self, turn_id: int, task: asyncio.Task[AsrResult]) -> None:
         if task.cancelled() or task.exception() is not None or self.is_complete is None:
@@ -286,10 +289,12 @@ class Listener:
             if task.done() and not task.cancelled() and task.exception() is None:
                 self._emit_final(ev.turn_id, task.result(), True)
                 return
+            spec[3].promote()  # the caller now waits for it: ahead of others' speculation
         else:
             if spec is not None:
                 spec[2].cancel()
-            task = asyncio.get_running_loop().create_task(self._transcribe(ev.audio))
+            urgent = DecodeTicket(urgent=True)
+            task = asyncio.get_running_loop().create_task(self._transcribe(ev.audio, urgent))
             speculative = False
         final = asyncio.get_running_loop().create_task(
             self._await_final(ev.turn_id, task, speculative)
@@ -297,8 +302,10 @@ class Listener:
         self._finals.add(final)
         final.add_done_callback(self._finals.discard)
 
-    async def _transcribe(self, audio: NDArray[np.int16]) -> AsrResult:
-        return await self.asr.transcribe(audio, language=self.asr_language, hotwords=self.hotwords)
+    async def _transcribe(self, audio: NDArray[np.int16], ticket: DecodeTicket) -> AsrResult:
+        return await self.asr.transcribe(
+            audio, language=self.asr_language, hotwords=self.hotwords, ticket=ticket
+        )
 
     async def _await_final(
         self, turn_id: int, task: asyncio.Task[AsrResult], speculative: bool

@@ -52,10 +52,12 @@ class FakeAsr:
         self.cancelled = 0
         self.delay = delay
         self.kwargs: list[dict[str, object]] = []
+        self.tickets: list[object] = []
 
-    async def transcribe(self, pcm16k, *, language=None, hotwords=()):
+    async def transcribe(self, pcm16k, *, language=None, hotwords=(), ticket=None):
         self.calls.append(len(pcm16k))
         self.kwargs.append({"language": language, "hotwords": tuple(hotwords)})
+        self.tickets.append(ticket)
         try:
             await asyncio.sleep(self.delay)
         except asyncio.CancelledError:
@@ -105,6 +107,23 @@ async def test_speculative_final_lands_at_end_of_turn(whisper, speech) -> None:
     assert final[0].at - eot[0].at <= 0.02  # within one frame of the end of turn
     assert 0.45 <= eot[0].at - eot[0].speech_end_at < 0.5
     assert not eot[0].short
+
+
+async def test_a_pending_speculation_the_turn_ends_on_becomes_urgent() -> None:
+    clock = FakeClock()
+    asr = FakeAsr(delay=10.0)  # still decoding at the end of turn
+    listener = Listener(asr, vad=LevelVad(), clock=clock, asr_language="en")
+    try:
+        await play(listener, clock, tone(1.0))
+        await play(listener, clock, np.zeros(3200, np.int16))  # 200 ms: speculation starts
+        await asyncio.sleep(0)
+        (ticket,) = asr.tickets
+        assert ticket is not None and ticket.urgent is False  # behind every ended turn
+        await play(listener, clock, np.zeros(16000, np.int16))  # the turn ends on that audio
+        await asyncio.sleep(0)
+        assert ticket.urgent is True and len(asr.tickets) == 1  # promoted, not decoded twice
+    finally:
+        await listener.close()
 
 
 async def test_resume_discards_speculation() -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -13,6 +12,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from kefu.errors import LocalError, RemoteError
+
+from .schedule import DecodeQueue, DecodeTicket
 
 __all__ = [
     "AsrEngine",
@@ -67,6 +68,7 @@ class AsrEngine(Protocol):
         *,
         language: str | None = None,
         hotwords: Sequence[str] = (),
+        ticket: DecodeTicket | None = None,
     ) -> AsrResult: ...
 
 
@@ -105,35 +107,46 @@ class AsrEngineBase:
         *,
         language: str | None = None,
         hotwords: Sequence[str] = (),
+        ticket: DecodeTicket | None = None,
     ) -> AsrResult:
-        """Transcribe one utterance (the :class:`AsrEngine` contract)."""
+        """Transcribe one utterance (the :class:`AsrEngine` contract). ``ticket`` says how
+        urgent it is where decodes queue (:mod:`.schedule`; None: urgent)."""
         self.check_ready()
-        return await self._transcribe(pcm16k, language, tuple(hotwords))
+        return await self._transcribe(pcm16k, language, tuple(hotwords), ticket)
 
     def check_ready(self) -> None:
         if not self.ready:
             raise AsrNotReady(self.error or self.not_ready_message)
 
     async def _transcribe(
-        self, pcm16k: NDArray[np.int16], language: str | None, hotwords: tuple[str, ...]
+        self,
+        pcm16k: NDArray[np.int16],
+        language: str | None,
+        hotwords: tuple[str, ...],
+        ticket: DecodeTicket | None = None,
     ) -> AsrResult:
         raise NotImplementedError
 
 
 class ThreadedAsrEngine(AsrEngineBase):
-    """A local model decoded in one single-thread executor, so calls queue, not thrash."""
+    """A local model decoded on one worker thread, so calls queue, not thrash; a caller
+    waiting for an answer goes first (:mod:`.schedule`)."""
 
     def __init__(self, languages: tuple[str, ...], thread_name_prefix: str) -> None:
         super().__init__(languages)
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=thread_name_prefix)
+        self.decodes = DecodeQueue(thread_name_prefix)
 
     async def _transcribe(
-        self, pcm16k: NDArray[np.int16], language: str | None, hotwords: tuple[str, ...]
+        self,
+        pcm16k: NDArray[np.int16],
+        language: str | None,
+        hotwords: tuple[str, ...],
+        ticket: DecodeTicket | None = None,
     ) -> AsrResult:
         # A private copy: the caller's buffer may be reused while the decode is queued.
         audio = np.asarray(pcm16k, dtype=np.int16).reshape(-1).copy()
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._decode, audio, language, hotwords)
+        future = self.decodes.submit(lambda: self._decode(audio, language, hotwords), ticket)
+        return await asyncio.wrap_future(future)
 
     def _decode(
         self, pcm16k: NDArray[np.int16], language: str | None, hotwords: Sequence[str]
@@ -143,4 +156,4 @@ class ThreadedAsrEngine(AsrEngineBase):
 
     def close(self) -> None:
         """Stop the worker thread (pending decodes are cancelled)."""
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        self.decodes.close()

@@ -17,6 +17,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .base import AsrEngineBase, AsrRemoteError, AsrResult
+from .schedule import DecodeTicket
 
 __all__ = ["OpenAiHttpAsr", "wav_bytes"]
 
@@ -65,8 +66,13 @@ class OpenAiHttpAsr(AsrEngineBase):
         )
 
     async def _transcribe(
-        self, pcm16k: NDArray[np.int16], language: str | None, hotwords: tuple[str, ...]
+        self,
+        pcm16k: NDArray[np.int16],
+        language: str | None,
+        hotwords: tuple[str, ...],
+        ticket: DecodeTicket | None = None,
     ) -> AsrResult:
+        # A remote service queues as it likes: the ticket has no say there.
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession()
         lang = language or self._default_language
