@@ -551,4 +551,9 @@ def main(args: argparse.Namespace) -> int:
         return 2
     summary = run(args)
     _write(summary, args.json_out)
+    if args.json_out:
+        from loadtest.voice_plots import write_plots
+
+        for picture in write_plots(summary, Path(args.json_out)):
+            sys.stderr.write(f"voice: wrote {picture}\n")
     return 0 if summary["answered"] and not summary["failed_calls"] else 1
