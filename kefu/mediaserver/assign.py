@@ -7,7 +7,8 @@ the colleague, and ``call.assigned`` tells every workbench. The colleague then t
 its room; the agent who passed it leaves. Should the colleague never come, the agent-presence
 grace gives the call back to the AI as when an agent vanishes (:mod:`.agent_presence`).
 
-Only the agent holding the call, or a supervisor, may pass it on.
+Only the agent holding the call, or a supervisor, may pass it on — or hand it back, transfer
+it or hang it up (:func:`require_holder`).
 """
 
 from __future__ import annotations
@@ -53,3 +54,13 @@ def assign(call: HeldCall, by: str, to: str, *, supervisor: bool = False) -> Cal
 def holds(call: HeldCall, who: str) -> bool:
     """``who`` already holds ``call`` (their takeover is accepted and changes nothing)."""
     return call.state is CallState.HUMAN_ACTIVE and call.owner == who
+
+
+def require_holder(call: HeldCall, who: str, action: str, *, supervisor: bool) -> None:
+    """Only the human holding a call (or a supervisor) acts on it while they hold it: hand
+    back, transfer, hang up. CallStateConflict naming the holder otherwise; a call the AI has
+    is anyone's."""
+    if call.owner is not None and call.owner != who and not supervisor:
+        raise CallStateConflict(
+            call.id, call.state.value, f"{action} a call {call.owner} holds", owner=call.owner
+        )

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from kefu.errors import CallStateConflict
-from kefu.mediaserver.assign import HeldCall, assign, holds
+from kefu.mediaserver.assign import HeldCall, assign, holds, require_holder
 from kefu.mediaserver.call_state import CallState
 from kefu.mediaserver.events import AgentNote, event_json
 from kefu.mediaserver.room_calls import ROOM_CALL_PREFIX
@@ -112,12 +112,19 @@ class CallControl:
         link = self.server.worker_link
         return link is not None and link.shard_for(call_id) != FRONT
 
-    def transfer(self, call_id: str, target: str | None) -> None:
-        """REFER the call (ValueError: bad target; CallStateConflict: wrong state)."""
-        self.server.dispatch.transfer(self.server.lifecycle.by_id(call_id), target)
+    def transfer(
+        self, call_id: str, target: str | None, who: str = "api", *, supervisor: bool = True
+    ) -> None:
+        """REFER the call (ValueError: bad target; CallStateConflict: wrong state, or another
+        agent holds it and ``who`` is no supervisor)."""
+        call = self.server.lifecycle.by_id(call_id)
+        require_holder(call, who, "transfer", supervisor=supervisor)
+        self.server.dispatch.transfer(call, target)
 
-    def hangup(self, call_id: str) -> None:
-        self.server.lifecycle.hangup(self.server.lifecycle.by_id(call_id), "api")
+    def hangup(self, call_id: str, who: str = "api", *, supervisor: bool = True) -> None:
+        call = self.server.lifecycle.by_id(call_id)
+        require_holder(call, who, "hang up", supervisor=supervisor)
+        self.server.lifecycle.hangup(call, "api")
 
     async def listen(self, call_id: str, who: str = "api") -> dict[str, Any]:
         """Open the call's agent room (idempotent) so agents can join it and listen in; a
@@ -186,12 +193,18 @@ class CallControl:
         self.server.bus.publish(event)
         return {"owner": event.new}
 
-    async def handback(self, call_id: str, who: str = "api") -> dict[str, Any]:
-        """The human gives the call back to the AI (CallStateConflict unless ``human_active``)."""
+    async def handback(
+        self, call_id: str, who: str = "api", *, supervisor: bool = True
+    ) -> dict[str, Any]:
+        """The human gives the call back to the AI (CallStateConflict unless ``human_active``
+        and ``who`` holds it or is a supervisor)."""
         if self._remote(call_id):
-            return await self._link.act(call_id, "handback", who)
+            return await self._link.act(call_id, "handback", who, supervisor=supervisor)
+        call: HeldCall
         if call_id.startswith(ROOM_CALL_PREFIX):
-            self.server.rooms.call(call_id).handback(who)
-            return {}
-        self.server.lifecycle.by_id(call_id).handback(who)
+            call = self.server.rooms.call(call_id)
+        else:
+            call = self.server.lifecycle.by_id(call_id)
+        require_holder(call, who, "hand back", supervisor=supervisor)
+        call.handback(who)
         return {}

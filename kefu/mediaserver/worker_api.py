@@ -107,6 +107,10 @@ def add_worker_routes(app: web.Application, server: KefuServer, key: str) -> Non
                 if not isinstance(text, str):
                     return error_response(400, "bad_request", 'a note needs {"text": "..."}')
                 await control.note(call_id, who, text)
+            elif name == "handback":
+                result = await control.handback(
+                    call_id, who, supervisor=body.get("supervisor") is True
+                )
             elif name == "assign":
                 to, boss = body.get("to"), body.get("supervisor")
                 if not isinstance(to, str) or not isinstance(boss, bool):

@@ -5,9 +5,10 @@ Every ``/api/*`` request carries a JWT (the tokens of :mod:`kefu.signaling.auth`
 cannot set headers on a WebSocket. Missing or bad token: ``unauthorized`` (HTTP 401 / close
 4401); a role that may not use the API (customer): ``forbidden`` (403 / 4403).
 
-Roles (:data:`API_ROLES`): agent, supervisor and admin may list calls, read events, transfer
-and hang up. Calls are not assigned to agents yet, so an agent acts on every call until the
-workbench assigns them (then an agent is limited to the calls it handles).
+Roles (:data:`API_ROLES`): agent, supervisor and admin may list calls, read events, listen
+in, take a call over from the AI, transfer and hang up. While a human holds a call only that
+agent, a supervisor or an admin may hand it back, transfer, hang up or pass it on; another
+agent gets 409 ``wrong_state`` naming the holder (kefu.mediaserver.assign.require_holder).
 
 Transfer targets (:class:`TransferAllowList`, ``calls.transfer_allow``): a REFER sends the
 caller wherever the target says, and the trunk pays for it (toll fraud), so a target must

@@ -47,11 +47,12 @@ class Control(Protocol):
     def metrics_text(self) -> bytes: ...
     # list_calls and note may be coroutines too.
     def list_calls(self) -> Any: ...
-    def transfer(self, call_id: str, target: str | None) -> None: ...
-    def hangup(self, call_id: str) -> None: ...
+    # who: the token's user; supervisor: a role that may act on calls other agents hold.
+    def transfer(self, call_id: str, target: str | None, who: str, *, supervisor: bool) -> None: ...
+    def hangup(self, call_id: str, who: str, *, supervisor: bool) -> None: ...
     # The call-switching operations may be coroutines; a dict result joins the response.
     def takeover(self, call_id: str, who: str) -> Any: ...
-    def handback(self, call_id: str, who: str) -> Any: ...
+    def handback(self, call_id: str, who: str, *, supervisor: bool) -> Any: ...
     def listen(self, call_id: str, who: str) -> Any: ...
     def note(self, call_id: str, who: str, text: str) -> Any: ...
     def assign(self, call_id: str, who: str, to: str, *, supervisor: bool) -> Any: ...
@@ -177,7 +178,8 @@ def build_app(
             audit(request, "transfer", call_id, "target_not_allowed", target=target)
             return _error(403, "target_not_allowed", "target is not in calls.transfer_allow")
         try:
-            control.transfer(call_id, target)
+            claims = request[CLAIMS_KEY]
+            control.transfer(call_id, target, claims.user, supervisor=claims.role in STAFF_LEADS)
         except KeyError:
             audit(request, "transfer", call_id, "unknown_call", target=target)
             return _error(404, "unknown_call", "no such call")
@@ -217,7 +219,8 @@ def build_app(
     async def hangup(request: web.Request) -> web.Response:
         call_id = request.match_info["call_id"]
         try:
-            control.hangup(call_id)
+            claims = request[CLAIMS_KEY]
+            control.hangup(call_id, claims.user, supervisor=claims.role in STAFF_LEADS)
         except KeyError:
             audit(request, "hangup", call_id, "unknown_call")
             return _error(404, "unknown_call", "no such call")
@@ -250,9 +253,11 @@ def build_app(
 
         async def handler(request: web.Request) -> web.Response:
             call_id = request.match_info["call_id"]
-            who = request[CLAIMS_KEY].user
+            claims = request[CLAIMS_KEY]
+            # Only the holder (or a supervisor) hands a call back; anyone may take it from the AI.
+            lead = {"supervisor": claims.role in STAFF_LEADS} if action == "handback" else {}
             try:
-                result = getattr(control, action)(call_id, who)
+                result = getattr(control, action)(call_id, claims.user, **lead)
                 if inspect.isawaitable(result):
                     result = await result
             except KeyError:

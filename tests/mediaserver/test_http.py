@@ -44,7 +44,9 @@ class FakeControl:
     def list_calls(self) -> list[dict[str, Any]]:
         return list(self.calls.values())
 
-    def transfer(self, call_id: str, target: str | None) -> None:
+    def transfer(
+        self, call_id: str, target: str | None, who: str = "api", *, supervisor: bool = True
+    ) -> None:
         if call_id not in self.calls:
             raise KeyError(call_id)
         if target == "sip:busy@x":
@@ -53,7 +55,7 @@ class FakeControl:
             raise CallStateConflict(call_id, self.calls[call_id]["state"], "transfer")
         self.transfers.append((call_id, target))
 
-    def hangup(self, call_id: str) -> None:
+    def hangup(self, call_id: str, who: str = "api", *, supervisor: bool = True) -> None:
         if call_id not in self.calls:
             raise KeyError(call_id)
         self.hangups.append(call_id)
@@ -83,7 +85,7 @@ class FakeControl:
             raise KeyError(call_id)
         self.notes.append((call_id, who, text))
 
-    def handback(self, call_id: str, who: str) -> dict[str, Any]:
+    def handback(self, call_id: str, who: str, *, supervisor: bool = True) -> dict[str, Any]:
         self._switch(call_id, "handback", "human_active", "ai_active", who)
         return {}
 

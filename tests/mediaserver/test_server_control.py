@@ -91,6 +91,15 @@ async def test_a_phone_call_passed_to_a_colleague_stays_with_a_human(server: Kef
     assert info.value.owner == "ann" and call.state is CallState.HUMAN_ACTIVE
     with pytest.raises(CallStateConflict):
         await server.control.assign(call.id, "bob", "bob")  # no longer his to pass on
+    for act in (
+        lambda: server.control.transfer(call.id, "sip:queue@vcc", "bob", supervisor=False),
+        lambda: server.control.hangup(call.id, "bob", supervisor=False),
+    ):
+        with pytest.raises(CallStateConflict) as info:
+            act()  # bob no longer holds it: not his to transfer or hang up
+        assert info.value.owner == "ann" and call.state is CallState.HUMAN_ACTIVE
+    with pytest.raises(CallStateConflict):
+        await server.control.handback(call.id, "bob", supervisor=False)
     await server.handback(call.id, "ann")
     with pytest.raises(CallStateConflict) as info:
         await server.control.assign(call.id, "ann", "bob", supervisor=True)  # the AI has it

@@ -164,3 +164,25 @@ async def test_the_call_ends_when_its_caller_leaves_even_with_agents_still_in_th
     event = await asyncio.wait_for(ended.queue.get(), 3.0)
     assert (type(event).__name__, getattr(event, "reason", "")) == ("CallEnded", "room_closed")
     assert server.rooms.calls == {} and await server.list_calls() == []
+
+
+async def test_only_the_holder_or_a_supervisor_hands_a_call_back(server: KefuServer) -> None:
+    agent = await web_call(server, "hold-1")
+    host, port = server.http_address
+    base = f"http://{host}:{port}/api/calls/room:hold-1"
+
+    async with aiohttp.ClientSession() as http:
+
+        async def post(path: str, who: str, role: str = "agent") -> tuple[int, Any]:
+            token = mint_token(SECRET, who, role, 600.0)
+            headers = {"Authorization": f"Bearer {token}"}
+            async with http.post(f"{base}/{path}", headers=headers) as r:
+                return r.status, await r.json()
+
+        assert (await post("takeover", "ann"))[0] == 200
+        status, answer = await post("handback", "bob")  # a colleague cannot
+        assert (status, answer["error"]["owner"]) == (409, "ann")
+        assert "hand back a call ann holds" in answer["error"]["message"]
+        assert agent.floor == ["pause"]  # nothing changed
+        assert await post("handback", "lee", "supervisor") == (200, {"status": "ai_active"})
+        assert agent.floor == ["pause", "resume"]
