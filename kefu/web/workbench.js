@@ -271,7 +271,8 @@ export function allowedActions(call, ctx = {}) {
   out.handback = s === "human_active" && (mine || boss);
   out.transfer = s === "ai_active" || (s === "human_active" && (mine || boss));
   out.passOn = s === "human_active" && (holder || boss);
-  out.hangup = !call.hangingUp;
+  // While a colleague holds the call, hanging it up is theirs (or a supervisor's): 409 otherwise.
+  out.hangup = !call.hangingUp && (s !== "human_active" || mine || boss);
   return out;
 }
 

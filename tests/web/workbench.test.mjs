@@ -96,6 +96,7 @@ test("what each state allows", () => {
   assert.equal(theirs.handback, false);
   assert.equal(theirs.takeover, false);
   assert.equal(theirs.listen, true);
+  assert.equal(theirs.hangup, false);
   assert.equal(allowedActions({ call_id: "c1", state: "human_active", owner: "carol" },
     { ...ctx, role: "supervisor" }).handback, true);
 
@@ -324,7 +325,7 @@ test("a call passed to an agent: they may take it over; only its holder or a sup
   // Another agent neither takes it nor passes it on.
   const carol = allowedActions(call, { ...bob, user: "carol" });
   assert.deepEqual(carol, { listen: true, takeover: false, handback: false, transfer: false, passOn: false,
-    hangup: true, leave: false });
+    hangup: false, leave: false });
   // A supervisor or admin passes it on (but does not take a call someone holds).
   for (const role of ["supervisor", "admin"]) {
     const lead = allowedActions(call, { ...bob, user: "lee", role });
