@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -209,8 +210,15 @@ class InteractionLog:
     def _append(self, records: list[dict[str, Any]]) -> None:
         lines = [self._line(record) for record in records]
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a", encoding="utf-8") as fh:
-            fh.write("\n".join(lines) + "\n")
+        # One O_APPEND write per batch: the front and its room workers may share the file,
+        # and Linux never interleaves two processes' single writes to a regular file.
+        data = memoryview(("\n".join(lines) + "\n").encode())
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+        try:
+            while data:
+                data = data[os.write(fd, data) :]
+        finally:
+            os.close(fd)
         self.written += len(lines)
 
     async def close(self) -> None:
