@@ -12,11 +12,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.inproc import server_config
 from sfu_util import until
 
 from kefu.codecs.info import codec_info
 from kefu.errors import ConfigError
-from kefu.mediaserver.config import load_config
 from kefu.mediaserver.media import PcmTrack
 from kefu.mediaserver.recording import CALLER, KEFU, RecordingWriter, prepare_dir, prune
 from kefu.mediaserver.server import KefuServer
@@ -58,21 +58,13 @@ def read_stereo(path: Path) -> tuple[int, np.ndarray]:
 async def test_a_call_is_recorded_caller_left_kefu_right_in_sync(tmp_path: Path) -> None:
     prompt = tmp_path / "prompt.wav"
     write_wav(prompt, sine(1000, 1.0), RATE)  # kefu plays 1 s at 1 kHz, then echoes
-    rtp = take_ports(20, even=True)
-    config = load_config(
-        environ={},
-        overrides={
-            "sip": {"listen": "127.0.0.1:0"},
-            "http": {"listen": "127.0.0.1:0"},
-            "rtp": {"ports": f"{rtp}-{rtp + 19}"},
-            "calls": {
-                "media_mode": "prompt",
-                "prompt_wav": str(prompt),
-                "record": True,
-                "recordings_dir": str(tmp_path / "rec"),
-            },
-            "webrtc": {"room_workers": 1},
-            "server": {"state_dir": str(tmp_path / "state")},
+    config = server_config(
+        tmp_path / "state",
+        calls={
+            "media_mode": "prompt",
+            "prompt_wav": str(prompt),
+            "record": True,
+            "recordings_dir": str(tmp_path / "rec"),
         },
     )
     server = KefuServer(config)

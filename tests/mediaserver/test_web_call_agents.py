@@ -12,14 +12,13 @@ from typing import Any
 import aiohttp
 import pytest
 from aiortc.mediastreams import AudioStreamTrack, MediaStreamTrack
+from helpers.inproc import server_config
 
 from kefu.ai_bridge.events import HandoffRequested
 from kefu.mediaserver.agent_queue import NO_AGENT
-from kefu.mediaserver.config import load_config
 from kefu.mediaserver.events import AgentWait, CallAssigned
 from kefu.mediaserver.server import KefuServer
 from kefu.signaling.tokens import mint_token
-from loadtest.peers import take_ports
 from tests.mediaserver.test_room_channel import PausableAgent, until
 
 pytestmark = pytest.mark.netns
@@ -29,19 +28,7 @@ SECRET = "web-call-agents-test-secret-of-32-bytes+"
 
 @pytest.fixture
 async def server(tmp_path: Path) -> AsyncIterator[KefuServer]:
-    rtp = take_ports(20, even=True)
-    config = load_config(
-        environ={},
-        overrides={
-            "sip": {"listen": "127.0.0.1:0"},
-            "http": {"listen": "127.0.0.1:0"},
-            "rtp": {"ports": f"{rtp}-{rtp + 19}"},
-            "calls": {"media_mode": "echo", "agent_wait_s": 0.5},
-            "webrtc": {"room_workers": 1},
-            "auth": {"jwt_secret": SECRET},
-            "server": {"state_dir": str(tmp_path)},
-        },
-    )
+    config = server_config(tmp_path, calls={"agent_wait_s": 0.5}, auth={"jwt_secret": SECRET})
     srv = KefuServer(config)
     await srv.start()
     yield srv

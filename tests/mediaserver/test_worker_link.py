@@ -19,9 +19,9 @@ import aiohttp
 import pytest
 from aiohttp import web
 from aiortc.mediastreams import MediaStreamTrack
+from helpers.inproc import server_config
 
 from kefu.errors import CallStateConflict
-from kefu.mediaserver.config import load_config
 from kefu.mediaserver.events import RelayedEvent, event_json
 from kefu.mediaserver.room_workers import RoomWorkers
 from kefu.mediaserver.server import KefuServer
@@ -29,7 +29,6 @@ from kefu.mediaserver.worker_api import EVENTS_PATH, add_worker_routes, calls_pa
 from kefu.mediaserver.worker_link import WorkerLink
 from kefu.signaling.relay import RELAY_KEY_HEADER
 from kefu.signaling.shards import shard_of
-from loadtest.peers import take_ports
 from tests.mediaserver.test_room_channel import PausableAgent, until
 
 pytestmark = pytest.mark.netns
@@ -61,19 +60,7 @@ class OneWorker:
 
 
 async def echo_server(tmp: Path) -> KefuServer:
-    rtp = take_ports(40, even=True)
-    config = load_config(
-        environ={},
-        overrides={
-            "sip": {"listen": "127.0.0.1:0"},
-            "http": {"listen": "127.0.0.1:0"},
-            "rtp": {"ports": f"{rtp}-{rtp + 39}"},
-            "calls": {"media_mode": "echo"},
-            "webrtc": {"room_workers": 1},
-            "server": {"state_dir": str(tmp)},
-        },
-    )
-    server = KefuServer(config)
+    server = KefuServer(server_config(tmp))
     await server.start()
     return server
 
