@@ -49,11 +49,14 @@ def write_plots(summary: dict[str, Any], report: Path) -> list[Path]:
         cdf.plot(xs, [(i + 1) / len(xs) for i in range(len(xs))], color="#e15759")
         cdf.set_ylim(0, 1.02)
         cdf.set_ylabel("share of turns at or below")
+        marked = False
         for q, style in ((50, "--"), (95, ":")):
             value = summary.get(f"p{q}_ms")
             if value is not None:
                 ax.axvline(value, color="black", linestyle=style, label=f"p{q} {value:.0f} ms")
-        ax.legend(loc="upper left")
+                marked = True
+        if marked:
+            ax.legend(loc="upper left")
         ax.set_title(f"Voice response time, {len(clean)} turns ({title})")
         fig.tight_layout()
         path = report.with_suffix(".latency.png")
