@@ -29,6 +29,7 @@ import numpy as np
 import pytest
 from browser.chromium import CHROMIUM, REPO, heard, kefu_env, require_chromium
 from conftest import KefuProcess, start_kefu
+from helpers.speech import heard_text
 
 from kefu.signaling.shards import shard_of
 from kefu.signaling.tokens import mint_token
@@ -219,7 +220,7 @@ class Scene:
         played = [soxr_16k(pcm) for pcm in heard(result)]
         for i, pcm in enumerate(played):
             write_wav(self.tmp_path / f"page-heard-{i}.wav", pcm, 16000)
-        page_heard = words(" ".join(asr.transcribe_sync(pcm).text for pcm in played))
+        page_heard = " ".join(heard_text(asr, pcm, 16000) for pcm in played)
         (self.tmp_path / "heard.json").write_text(
             json.dumps({"before": before, "during": during, "page": page_heard}, indent=1)
         )

@@ -25,10 +25,10 @@ import pytest
 from browser.chromium import heard, kefu_env, page_url, require_chromium, run_driver, token
 from conftest import start_kefu
 from helpers.events_reader import EventsReader, one_call
+from helpers.speech import heard_text
 
 from kefu.signaling.shards import shard_of
 from loadtest.pcap import write_wav
-from loadtest.voice import VOICED_RMS
 
 pytestmark = [pytest.mark.netns, pytest.mark.peer]
 
@@ -53,41 +53,14 @@ def question_wav(path: Path) -> Path:
     return path
 
 
-def utterances(pcm: np.ndarray, rate: int = 48000, *, pause_s: float = 0.6) -> list[np.ndarray]:
-    """The voiced stretches of ``pcm`` (20 ms frames at or above ``VOICED_RMS``), split at
-    pauses of ``pause_s`` or more: Whisper stops at the first long silence of a recording."""
-    frame = rate // 50
-    rms = np.sqrt(
-        np.mean(pcm[: len(pcm) // frame * frame].astype(np.float64).reshape(-1, frame) ** 2, axis=1)
-    )
-    voiced = np.flatnonzero(rms >= VOICED_RMS)
-    if voiced.size == 0:
-        return []
-    gap = int(pause_s * 50)
-    breaks = np.flatnonzero(np.diff(voiced) > gap)
-    starts = np.concatenate(([voiced[0]], voiced[breaks + 1]))
-    ends = np.concatenate((voiced[breaks], [voiced[-1]])) + 1
-    return [pcm[a * frame : b * frame] for a, b in zip(starts, ends, strict=True)]
-
-
 def transcript(tracks: list[np.ndarray]) -> list[str]:
     """Whisper's (the e2e tests' model) transcript of each played track, utterance by
     utterance, lower case, words only."""
-    import soxr
-
     from kefu.ai_bridge.listen.asr.whisper import WhisperAsr
 
     asr = WhisperAsr()
     assert asr.ready, asr.error
-    texts = []
-    for pcm in tracks:
-        said = []
-        for piece in utterances(pcm):
-            pcm16k = soxr.resample(piece, 48000, 16000).astype(np.int16)
-            said.append(asr.transcribe_sync(pcm16k).text.lower())
-        text = " ".join(said)
-        texts.append(" ".join("".join(c if c.isalnum() else " " for c in text).split()))
-    return texts
+    return [heard_text(asr, pcm, 48000) for pcm in tracks]
 
 
 def worker_room() -> str:

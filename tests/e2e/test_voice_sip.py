@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from conftest import KefuProcess, start_kefu
 from helpers.events_reader import EventsReader, one_call
+from helpers.speech import heard_text
 
 from loadtest.peers import take_ports
 from loadtest.voice import Heard, Question, build_script, run_sip
@@ -379,7 +380,6 @@ def test_an_agent_takes_over_mid_answer_is_heard_alone_and_hands_back(
     import threading
 
     import numpy as np
-    import soxr
 
     from kefu.ai_bridge.listen.heldout import speak, write_wav
 
@@ -419,10 +419,7 @@ def test_an_agent_takes_over_mid_answer_is_heard_alone_and_hands_back(
     assert "maria" in during and "service team" in during, during
     assert not any(w in during for w in ("monday", "friday", "saturday", "sunday")), during
     # The agent heard the caller thank them (the phone participant of the call's room).
-    pcm48 = _read_wav48(out.with_suffix(".wav"))
-    agent_heard = words(
-        asr.transcribe_sync(soxr.resample(pcm48, 48000, 16000).astype(np.int16)).text
-    )
+    agent_heard = heard_text(asr, _read_wav48(out.with_suffix(".wav")), 48000)
     assert "thank you" in agent_heard, agent_heard
 
     # After the hand-back the AI answers the next question, and only once the caller asked.
