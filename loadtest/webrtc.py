@@ -7,7 +7,9 @@ delayed by the round trip; :func:`best_correlation` measures how well.
 
 The token is minted with the server's own HS256 secret, read exactly as ``kefu token`` reads
 it (``--config`` / ``KEFU_*`` environment / ``[server] state_dir``), unless ``--token`` is
-given. ``--relay-only`` forces TURN (RTCIceTransportPolicy.RELAY) with the TURN credentials
+given. ``--weights OUT.jsonl`` writes every avatar weights frame received on the room's
+``kefu-avatar`` channel as one JSON line (arrival ``t``, ``seq``, ``ts_ms``, 52 ARKit names).
+``--relay-only`` forces TURN (RTCIceTransportPolicy.RELAY) with the TURN credentials
 kefu hands out in ``joined``; no relay candidate within ``--gather-timeout`` is an error
 with a readable message, not a hang.
 """
@@ -43,6 +45,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--relay-only", action="store_true", help="use TURN relay candidates only")
     parser.add_argument("--gather-timeout", type=float, default=5.0, metavar="S")
     parser.add_argument("--json", dest="json_out", help="also write the JSON summary here")
+    parser.add_argument(
+        "--weights",
+        metavar="OUT.jsonl",
+        default=None,
+        help="write each avatar weights frame received (kefu-avatar channel) as a JSON line",
+    )
+
+
+def write_weights(frames: list[tuple[float, bytes]], path: str | Path) -> tuple[int, int]:
+    """Write ``(arrival time.time(), frame)`` pairs as JSON lines: ``{"t", "seq", "ts_ms",
+    and the 52 weights by ARKit name}`` (docs/avatar.md). Frames that do not decode are
+    skipped; returns (written, skipped)."""
+    from kefu.ai_bridge.avatar.wire import WeightsFrameError, decode_frame, weights_to_json
+
+    written = skipped = 0
+    with Path(path).open("w", encoding="utf-8") as out:
+        for arrived, data in frames:
+            try:
+                frame = decode_frame(data)
+            except WeightsFrameError:
+                skipped += 1
+                continue
+            line = {"t": arrived, "seq": frame.sequence, "ts_ms": frame.timestamp_ms}
+            line.update(weights_to_json(frame.weights))
+            out.write(json.dumps(line, separators=(",", ":")) + "\n")
+            written += 1
+    return written, skipped
 
 
 def mint_dev_token(room: str, *, config_path: str | None = None, user: str | None = None) -> str:
@@ -93,8 +122,10 @@ async def run_call(
     config_path: str | None = None,
     relay_only: bool = False,
     gather_timeout_s: float = 5.0,
+    weights: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Join, play, record, leave; returns a summary (never raises for refusals: see ``error``)."""
+    """Join, play, record, leave; returns a summary (never raises for refusals: see ``error``).
+    With ``weights``, the avatar frames received are written there (:func:`write_weights`)."""
     from loadtest.webrtc_client import (
         NoRelayCandidates,
         PacedPcmTrack,
@@ -133,6 +164,10 @@ async def run_call(
         heard = client.heard()
         await client.close()
     client.record_to(record)
+    if weights is not None:
+        written, skipped = write_weights(client.avatar_frames, weights)
+        summary["weights_frames"] = written
+        summary["weights_bad"] = skipped
     summary["seconds"] = round(time.monotonic() - started, 2)
     summary["heard_s"] = round(len(heard) / RATE, 2)
     summary["heard_rms"] = round(
@@ -157,6 +192,7 @@ def main(args: argparse.Namespace) -> int:
             config_path=args.config,
             relay_only=args.relay_only,
             gather_timeout_s=args.gather_timeout,
+            weights=args.weights,
         )
     )
     text = json.dumps(summary, indent=2)

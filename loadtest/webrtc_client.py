@@ -163,6 +163,10 @@ class WebRtcClient:
         self.mic = mic
         self.host_addresses = host_addresses
         self.events: list[dict[str, Any]] = []
+        self.avatar_frames: list[tuple[float, bytes]] = []
+        """(arrival ``time.time()``, frame) of each ``kefu-avatar`` message, at most 60 a
+        second of ``max_record_s``."""
+        self._max_avatar_frames = int(max_record_s * 60)
         self.signals: list[dict[str, Any]] = []
         self._early_candidates: list[dict[str, Any] | None] = []
         """``error`` and ``bye`` messages received after ``joined``."""
@@ -191,6 +195,9 @@ class WebRtcClient:
         )
         self.channel = pc.createDataChannel("kefu-events")
         self.channel.on("message", self._on_message)
+        # the avatar's weights: a stale frame is worth nothing, so no ordering, no retransmits
+        self.avatar_channel = pc.createDataChannel("kefu-avatar", ordered=False, maxRetransmits=0)
+        self.avatar_channel.on("message", self._on_avatar_message)
         pc.on("track", self._on_track)
         pc.on("connectionstatechange", lambda: self._on_state(pc))
         if self.mic is not None:
@@ -429,6 +436,10 @@ class WebRtcClient:
                 return
             if isinstance(event, dict):
                 self.events.append(event)
+
+    def _on_avatar_message(self, message: Any) -> None:
+        if isinstance(message, bytes) and len(self.avatar_frames) < self._max_avatar_frames:
+            self.avatar_frames.append((time.time(), message))
 
     def _on_state(self, pc: RTCPeerConnection) -> None:
         if pc is not self.pc:

@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import structlog
 from aiortc.mediastreams import MediaStreamTrack
@@ -66,6 +67,9 @@ from kefu.ai_bridge.stages import (
 )
 from kefu.ai_bridge.trace import TurnTracer
 from kefu.ai_bridge.tracks import BotAudioTrack, CallerAudioTap
+
+if TYPE_CHECKING:
+    from kefu.ai_bridge.avatar.stream import AvatarStream
 
 __all__ = [
     "AI_UNAVAILABLE",
@@ -138,6 +142,8 @@ class CallAgent:
             record=self.history.add,
         )
         self._events_task: asyncio.Task[None] | None = None
+        self.avatar: AvatarStream | None = None
+        """The room avatar's weights stream (:meth:`attach_avatar`); None: no avatar."""
         self._held: _Held | None = None
         self._ignored: set[int] = set()  # backchannels: transcript dropped
         self._answer_after = 0  # turns up to this one began before the hand-back: not answered
@@ -222,6 +228,10 @@ class CallAgent:
         self._tap.start()
         self._events_task = loop.create_task(self._run_events(), name=f"agent:{self.call_id}")
 
+    def attach_avatar(self, avatar: AvatarStream) -> None:
+        """Drive ``avatar`` from this call's speech and floor (before :meth:`start`)."""
+        self.avatar, self.responder.taps = avatar, (avatar.tap,)
+
     def _degrade(self, reason: str) -> None:
         self.unavailable = reason
         self._log.error("ai_unavailable", error=reason)
@@ -253,6 +263,8 @@ class CallAgent:
         for turn_id in self.tracer.open_turns():
             self.tracer.finish(turn_id)
         self.outbound.stop()
+        if self.avatar is not None:
+            await self.avatar.close()
         if self.pipeline is not None:
             await self.pipeline.close(self.call_id)
         elif self.services.dialog is not None:
@@ -313,6 +325,8 @@ class CallAgent:
                 self._log.exception("agent_event_failed", event=type(event).__name__)
 
     def _on_speech_started(self, ev: SpeechStarted) -> None:
+        if self.avatar is not None:
+            self.avatar.caller_started()
         over_bot = self.settings.barge_in and not self.paused and self.busy
         self.floor.apply(
             FloorInput.VOICE_OVER_BOT if over_bot else FloorInput.VOICE,
@@ -323,6 +337,8 @@ class CallAgent:
         self.floor.apply(FloorInput.SUSTAINED, lambda a: self._act(a, ev.turn_id))
 
     def _on_end_of_turn(self, ev: EndOfTurn) -> None:
+        if self.avatar is not None:
+            self.avatar.caller_stopped()
         action = self.floor.apply(
             FloorInput.END_SHORT if ev.short else FloorInput.END,
             lambda a: self._act(a, ev.turn_id),
@@ -335,6 +351,8 @@ class CallAgent:
 
     def _act(self, action: FloorAction, turn_id: int = 0, at: float = 0.0) -> None:
         """Carry out what the floor table says (before it moves)."""
+        if self.avatar is not None:
+            self.avatar.on_floor(action)  # the mouth follows the audio: rest, close, resume
         if action is FloorAction.HOLD:
             self.outbound.pause()
             held = self._held = _Held(turn_id, at, asyncio.get_running_loop().time())

@@ -18,7 +18,7 @@ import structlog
 from kefu.ai_bridge.events import AI_UNAVAILABLE, HandoffRequested, Utterance
 from kefu.ai_bridge.pipeline import Pipeline
 from kefu.ai_bridge.services import APOLOGY
-from kefu.ai_bridge.stages import CallerTurn, SpeechStage
+from kefu.ai_bridge.stages import CallerTurn, SpeechStage, SpeechTap
 from kefu.ai_bridge.trace import TurnTracer
 from kefu.ai_bridge.tracks import BotAudioTrack
 
@@ -51,6 +51,9 @@ class Responder:
         """The voice (the pipeline's speech stage; before it is built, the greeting's)."""
         self.text_only = False
         """No speech stage on purpose: answers are published, not spoken."""
+        self.taps: tuple[SpeechTap, ...] = ()
+        """Speech taps bound to this call's media, after the pipeline's (the room avatar:
+        it needs the outbound track and the room, and sees the greeting too)."""
         self.record: Callable[[str, str, str], None] | None = None
         """``(speaker, text, lang)`` into the call's dialog history: the answers spoken."""
         self.task: asyncio.Task[None] | None = None
@@ -124,7 +127,7 @@ class Responder:
             if self.text_only:
                 return
             raise RuntimeError("no voice loaded")
-        taps = self.pipeline.speech_taps if self.pipeline is not None else ()
+        taps = (*(self.pipeline.speech_taps if self.pipeline is not None else ()), *self.taps)
         marks = self.tracer.marks(turn_id) if turn_id else None
         loop = asyncio.get_running_loop()
         async for chunk in speech.synthesize(text, lang=lang):

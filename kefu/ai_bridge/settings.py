@@ -57,3 +57,7 @@ class AiSettings:
     """DeepFilterNet3 on the caller's audio before ASR/recording."""
     echo_cancel: bool = False
     """speexdsp AEC on SIP legs using the bot's own audio as the far end."""
+    avatar: str = "weights"
+    """The avatar of web rooms: "weights" sends its 52 ARKit blendshape weights at 30 fps on
+    the room's ``kefu-avatar`` data channel (docs/avatar.md); "off" sends nothing. SIP calls
+    have none."""

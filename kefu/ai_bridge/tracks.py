@@ -108,6 +108,17 @@ class BotAudioTrack(MediaStreamTrack):
         return 1000.0 * self._queued / self.sample_rate
 
     @property
+    def queued_s(self) -> float:
+        """Seconds of audio queued: audio put now starts playing this much later (held
+        longer while paused). The avatar places its lip-sync with it."""
+        return self._queued / self.sample_rate
+
+    def media_s(self, now: float) -> float:
+        """The bot audio's media clock (pts / rate) at loop time ``now``; 0 before the first
+        frame. Read-only (the avatar's frame timestamps)."""
+        return 0.0 if self._anchor is None else max(0.0, now - self._anchor)
+
+    @property
     def paused(self) -> bool:
         return self._paused
 

@@ -24,6 +24,7 @@ from kefu.rtp.session import LATCHING_MODES, Latching
 from kefu.signaling.api_access import TransferAllowList
 
 MEDIA_MODES = ("echo", "prompt", "ai")
+AVATAR_MODES = ("weights", "off")
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,6 +315,11 @@ def _validate(config: Config) -> Config:
     if config.ai.language not in ("en", "zh"):
         raise ConfigError(
             f"ai.language must be en or zh, got {config.ai.language!r}", key="ai.language"
+        )
+    if config.ai.avatar not in AVATAR_MODES:
+        raise ConfigError(
+            f"ai.avatar must be one of {', '.join(AVATAR_MODES)}, got {config.ai.avatar!r}",
+            key="ai.avatar",
         )
     if config.rtp.latching not in LATCHING_MODES:
         raise ConfigError(

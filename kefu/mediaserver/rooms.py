@@ -17,6 +17,7 @@ import av
 import structlog
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
+from kefu.ai_bridge.avatar.stream import attach_room_avatar
 from kefu.ai_bridge.events import BargeIn, HandoffRequested, Utterance
 from kefu.mediaserver.agent_presence import AgentPresence, floor_for
 from kefu.mediaserver.agent_room import agent_room_id
@@ -132,6 +133,7 @@ class RoomService:
         self.bus.publish(CallStarted(call_id, time.time(), "webrtc", room_id))
         agent = self.make_bot(room_id, bot.mixed_audio, self.bus.publish)
         self._agents[room_id] = agent
+        attach_room_avatar(agent, bot.publish_binary)  # web rooms only: SIP calls have none
         call = RoomCall(room_id, agent, self.bus.publish)
         call.presence = AgentPresence(
             self.sfu,

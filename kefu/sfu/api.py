@@ -111,6 +111,12 @@ class Room:
         for member in list(self.members.values()):
             member._deliver(event)
 
+    def broadcast_binary(self, data: bytes, *, sender: str | None) -> None:
+        """``data`` to every other member's ``kefu-avatar`` channel (lossy, never queued)."""
+        for member in list(self.members.values()):
+            if member.id != sender:
+                member._deliver_binary(data)
+
     def remove(self, member: _Member) -> None:
         if self.members.get(member.id) is not member:
             return

@@ -47,6 +47,10 @@ if TYPE_CHECKING:
     from kefu.sfu.api import PeerSettings, Room
 
 EVENTS_LABEL = "kefu-events"
+AVATAR_LABEL = "kefu-avatar"
+"""Binary avatar frames (docs/avatar.md); the client creates it unordered, no retransmits."""
+AVATAR_MAX_BUFFERED = 16 * 1024
+"""A frame is dropped (and counted) while the avatar channel holds more unsent bytes."""
 MAX_SDP = 64 * 1024
 _SDP_LINE = re.compile(r"^[a-z]=[^\x00-\x08\x0b\x0c\x0e-\x1f]*$")
 
@@ -88,6 +92,10 @@ class _Member:
     def publish_event(self, event: dict[str, Any]) -> None:
         self._room.broadcast(event, sender=self.id)
 
+    def publish_binary(self, data: bytes) -> None:
+        """Send ``data`` on every member's avatar channel (dropped where one is backed up)."""
+        self._room.broadcast_binary(data, sender=self.id)
+
     def _forget(self) -> bool:
         """Take this participant out of its room, once (``leave()`` is idempotent); whether
         this call did it, so the caller frees what the participant holds exactly once."""
@@ -105,6 +113,9 @@ class _Member:
 
     def _deliver(self, event: dict[str, Any]) -> None:
         raise NotImplementedError
+
+    def _deliver_binary(self, data: bytes) -> None:
+        """Binary frames (the avatar's weights); in-process members have no use for them."""
 
     def _last_activity(self) -> float:
         raise NotImplementedError
@@ -131,6 +142,9 @@ class Participant(_Member):
         self.state = "new"
         self.subscriptions: dict[str, tuple[RTCRtpSender, EncodedTrack]] = {}
         self.events_dropped = 0
+        self.avatar_dropped = 0
+        """Avatar frames not sent because the channel was closed or backed up."""
+        self._avatar: RTCDataChannel | None = None
         self._settings = settings
         self._state_since = now
         self._renegotiate_pending = False
@@ -283,6 +297,16 @@ class Participant(_Member):
         self._outbox.put(json.dumps(event, separators=(",", ":"), ensure_ascii=False))
         self._flush_events()
 
+    def _deliver_binary(self, data: bytes) -> None:
+        channel = self._avatar
+        if self._closed or channel is None:
+            return
+        # a stale frame is worth nothing: never queue behind a subscriber that does not read
+        if channel.readyState != "open" or channel.bufferedAmount > AVATAR_MAX_BUFFERED:
+            self.avatar_dropped += 1
+            return
+        channel.send(data)
+
     def _last_activity(self) -> float:
         packet_at = self.source.last_packet_at if self.source else None
         return max(self._state_since, packet_at or 0.0)
@@ -305,6 +329,11 @@ class Participant(_Member):
                     tap_receiver(transceiver.receiver, transceiver, None)
 
     def _adopt_channel(self, channel: RTCDataChannel) -> None:
+        if channel.label == AVATAR_LABEL and not self._closed:
+            if self._avatar is not None and self._avatar is not channel:
+                self._avatar.close()
+            self._avatar = channel  # send-only: what the client sends on it is ignored
+            return
         if channel.label != EVENTS_LABEL or self._closed:
             return
         if self._channel is not None and self._channel is not channel:
