@@ -174,6 +174,8 @@ class WebRtcClient:
         self.offer_sent_at: float | None = None
         self.connected_at: float | None = None
         self._recorded: dict[int, list[np.ndarray]] = {}
+        self.first_audio_at: float | None = None
+        """``time.time()`` of the first sample heard (any track)."""
         self._max_frames = int(max_record_s * 50)
         self._tasks: set[asyncio.Task[Any]] = set()
         self.relay_only = relay_only
@@ -369,7 +371,11 @@ class WebRtcClient:
         return [np.concatenate(parts) for parts in self._recorded.values() if parts]
 
     def record_to(self, path: str | Path) -> None:
+        """Write what was heard, and beside it ``<path>.times``: the arrival time of the
+        recording's first sample (``time.time()``, seconds), the clock of ``--weights``."""
         write_wav(path, self.heard())
+        if self.first_audio_at is not None:
+            Path(f"{path}.times").write_text(f"{self.first_audio_at:.6f}\n")
 
     async def close(self) -> None:
         for task in list(self._tasks):
@@ -419,6 +425,8 @@ class WebRtcClient:
             while True:
                 frame = await track.recv()
                 pcm = frame_to_mono(frame)
+                if self.first_audio_at is None:  # the first sample arrived with this frame
+                    self.first_audio_at = time.time() - len(pcm) / frame.sample_rate
                 self._on_frame(track, pcm)
                 if frame.sample_rate != RATE:
                     resampler = resampler or StreamResampler(frame.sample_rate, RATE)

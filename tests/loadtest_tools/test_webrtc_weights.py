@@ -43,3 +43,22 @@ def test_weights_flag_is_parsed() -> None:
     base = ["--target", "http://h:1", "--wav", "a.wav", "--record", "b.wav"]
     assert parser.parse_args(base).weights is None
     assert parser.parse_args([*base, "--weights", "out.jsonl"]).weights == "out.jsonl"
+
+
+async def test_the_recording_says_when_its_first_sample_arrived(tmp_path: Path) -> None:
+    import wave
+
+    from loadtest.webrtc_client import WebRtcClient
+
+    client = WebRtcClient()
+    try:
+        client._recorded[1] = [np.full(960, 1000, np.int16)]  # one 20 ms frame at 48 kHz
+        client.record_to(tmp_path / "heard.wav")
+        assert not (tmp_path / "heard.wav.times").exists()  # nothing arrived: no time to tell
+        client.first_audio_at = 1_700_000_000.25
+        client.record_to(tmp_path / "heard.wav")
+    finally:
+        await client.close()
+    assert (tmp_path / "heard.wav.times").read_text() == "1700000000.250000\n"
+    with wave.open(str(tmp_path / "heard.wav")) as w:
+        assert (w.getframerate(), w.getnframes()) == (48000, 960)
