@@ -92,6 +92,12 @@ def main(argv: list[str] | None = None) -> int:
         sub.add_parser("voice", help="callers ask kefu's AI questions; latency on the wire")
     )
 
+    from loadtest import avatar_sync
+
+    avatar_sync.add_arguments(
+        sub.add_parser("avatar-sync", help="lip-sync offset of the avatar's weights vs the audio")
+    )
+
     from loadtest import flood
 
     flood.add_arguments(
@@ -131,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "flood":
         return flood.main(args)
+    if args.command == "avatar-sync":
+        return avatar_sync.main(args)
     if args.command == "understanding":
         return understanding.main(args)
     if args.command == "webrtc":

@@ -1,0 +1,90 @@
+"""``python -m loadtest avatar-sync HEARD.wav WEIGHTS.jsonl``: the avatar's lip-sync, measured
+where the caller is.
+
+Inputs are what ``python -m loadtest webrtc --record HEARD.wav --weights WEIGHTS.jsonl`` wrote:
+the audio heard (with ``HEARD.wav.times``, the arrival time of its first sample) and one line
+per received blendshape frame (its arrival time ``t`` and ``jawOpen``), both on this host's
+``time.time()``. The audio's RMS envelope (30 ms windows on a 10 ms grid) is cross-correlated
+with ``jawOpen`` interpolated on the same grid, over ±``--max-lag-ms``. A positive offset: the
+mouth moves after the voice; negative: before it. Prints one JSON summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import wave
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["add_arguments", "lipsync_offset", "main"]
+
+GRID_S = 0.01
+WINDOW_S = 0.03
+VOICED_RMS = 300.0
+
+
+def lipsync_offset(
+    audio: np.ndarray,
+    rate: int,
+    audio_t0: float,
+    frame_times: np.ndarray,
+    jaw: np.ndarray,
+    *,
+    max_lag_ms: int = 300,
+) -> dict[str, Any]:
+    """The lag of ``jaw`` (per frame, at ``frame_times``) behind the voice in ``audio`` (first
+    sample at ``audio_t0``) that correlates best; see the module's doc."""
+    start = max(float(frame_times[0]), audio_t0)
+    stop = min(float(frame_times[-1]), audio_t0 + len(audio) / rate - WINDOW_S)
+    if stop - start < 1.0:
+        raise ValueError("the audio and the frames overlap by less than a second")
+    grid = np.arange(start, stop, GRID_S)
+    window = int(WINDOW_S * rate)
+    first = ((grid - audio_t0) * rate).astype(int)
+    pcm = audio.astype(np.float64)
+    env = np.array([np.sqrt(np.mean(pcm[i : i + window] ** 2)) for i in first])
+    mouth = np.interp(grid, frame_times, jaw)
+    steps = max_lag_ms // 10
+    best_lag, best_r = 0, -2.0
+    for lag in range(-steps, steps + 1):
+        # mouth[k + lag] against env[k]: a positive lag means the mouth comes later.
+        a = mouth[max(0, lag) : len(mouth) + min(0, lag)]
+        b = env[max(0, -lag) : len(env) - max(0, lag)]
+        r = float(np.corrcoef(a, b)[0, 1])
+        if r > best_r:
+            best_lag, best_r = lag, r
+    voiced = env >= VOICED_RMS
+    return {
+        "frames": int(len(frame_times)),
+        "fps": round(float((len(frame_times) - 1) / (frame_times[-1] - frame_times[0])), 2),
+        "voiced_s": round(float(voiced.sum() * GRID_S), 2),
+        "jaw_voiced": round(float(mouth[voiced].mean()), 3) if voiced.any() else None,
+        "jaw_silent": round(float(mouth[~voiced].mean()), 3) if (~voiced).any() else None,
+        "r_at_0": round(float(np.corrcoef(mouth, env)[0, 1]), 3),
+        "offset_ms": best_lag * 10,
+        "r_at_offset": round(best_r, 3),
+    }
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("heard", help="the WAV --record wrote (HEARD.wav.times beside it)")
+    parser.add_argument("weights", help="the JSON lines --weights wrote")
+    parser.add_argument("--max-lag-ms", type=int, default=300)
+
+
+def main(args: argparse.Namespace) -> int:
+    heard = Path(args.heard)
+    with wave.open(str(heard)) as w:
+        rate = w.getframerate()
+        audio = np.frombuffer(w.readframes(w.getnframes()), "<i2")
+    t0 = float(Path(f"{heard}.times").read_text().split()[0])
+    frames = [json.loads(line) for line in Path(args.weights).read_text().splitlines() if line]
+    times = np.array([f["t"] for f in frames], np.float64)
+    jaw = np.array([f["jawOpen"] for f in frames], np.float64)
+    summary = lipsync_offset(audio, rate, t0, times, jaw, max_lag_ms=args.max_lag_ms)
+    sys.stdout.write(json.dumps(summary) + "\n")
+    return 0
