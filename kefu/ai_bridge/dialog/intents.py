@@ -2,10 +2,10 @@
 
 Rules catch the short, formulaic turns a similarity model handles badly ("yes", "no",
 "agent!") and the requests that must never be missed (asking for a human). Everything else
-goes to k-nearest-neighbour voting over example utterances: MiniLM cosine for English,
-character uni+bigram cosine for Chinese (MiniLM embeds Chinese poorly; characters carry most
-of the meaning in short Chinese requests). Examples come from data/intents.json plus every
-phrasing of the knowledge-base entries that name an intent.
+goes to k-nearest-neighbour voting over example utterances: sentence-vector cosine for the
+languages the embedder covers (multilingual-e5: English and Chinese; MiniLM: English only),
+character uni+bigram cosine for Chinese without a multilingual model. Examples come from
+data/intents.json plus every phrasing of the knowledge-base entries that name an intent.
 """
 
 from __future__ import annotations
@@ -18,18 +18,25 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
-from .embed import Embedder
+from .embed import TextEncoder
 from .kb import KbEntry
 from .text import detect_lang
 
 UNKNOWN = "unknown"
+# Examples of questions the knowledge base does not answer (data/intents.json): a turn whose
+# nearest examples are these is off-topic however close its best KB match looks.
+OUT_OF_SCOPE = "out_of_scope"
 # kNN thresholds: below these the best example is too far to trust (chosen on the held-out
 # set in tests/ai_bridge/dialog/heldout_intents.jsonl: no false intents on off-topic turns).
 EN_MIN_COSINE = 0.45
 ZH_MIN_SIMILARITY = 0.30
+# multilingual-e5 cosines are compressed into ~0.75-1.0: unrelated turns sit near 0.8-0.85.
+E5_MIN_COSINE = 0.86
 _K = 3
 
 # (intent, lang, pattern). Anchored patterns only fire on short, formulaic turns.
@@ -39,9 +46,10 @@ _RULES: tuple[tuple[str, str, str], ...] = (
         "en",
         r"\b(human|real person|live person|representative|operator|an agent|real agent|"
         r"the agent|speak to (?:a|an|the|some) ?(?:one|body|person|manager|supervisor)|"
-        r"talk to (?:a|an|some) ?(?:one|body|person)|manager|supervisor)\b|^agent\W*$",
+        r"talk to (?:a|an|some) ?(?:one|body|person)|manager|supervisor|"
+        r"put me through|transfer me|(?:a|an actual|a real) person|someone real)\b|^agent\W*$",
     ),
-    ("human_agent", "zh", r"人工|真人|转接|接线员|客服人员|经理|投诉"),
+    ("human_agent", "zh", r"人工|真人|转接|接线员|客服人员|经理|投诉|找个人|活人"),
     ("greeting", "en", r"^(hi|hello|hey|hiya|good (morning|afternoon|evening))( there)?\W*$"),
     ("greeting", "zh", r"^(你好|您好|喂|嗨|哈喽|早上好|下午好|晚上好)[\W，。！]*$"),
     ("thanks", "en", r"^(ok(ay)?,? )?(thanks?( you)?|thank you (so|very) much|cheers)\W*$"),
@@ -58,6 +66,13 @@ _RULES: tuple[tuple[str, str, str], ...] = (
     ("deny", "en", r"^(no|nope|nah|not now|no thanks?( you)?|no,? (that's fine|i'm good))\W*$"),
     ("deny", "zh", r"^(不|不用|不用了|不要|不了|算了|没有|不需要)[\W，。！]*$"),
 )
+
+
+# A request for a human that asks *when* one is available is a question about opening hours.
+_ASKS_WHEN = {
+    "en": re.compile(r"\b(what time|when|what hours|hours|open|available)\b"),
+    "zh": re.compile(r"几点|什么时候|时间|上班|下班|有人吗"),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +119,7 @@ class IntentClassifier:
 
     def __init__(
         self,
-        embedder: Embedder | None,
+        embedder: TextEncoder | None,
         examples: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
         kb_entries: Iterable[KbEntry] = (),
         *,
@@ -121,23 +136,30 @@ class IntentClassifier:
             if e.intent:
                 (zh if e.lang == "zh" else en).extend((e.intent, q) for q in e.phrasings())
         self.intents = sorted({i for i, _ in en} | {i for i, _ in zh})
-        self._en_labels = [i for i, _ in en]
-        self._en_vectors = self._example_vectors([t for _, t in en], cache_dir)
+        vec_langs = self.embedder.languages if self.embedder is not None else frozenset()
+        self._labels = {"en": [i for i, _ in en], "zh": [i for i, _ in zh]}
+        self._vectors = {
+            lang: self._example_vectors([t for _, t in ex_], cache_dir)
+            for lang, ex_ in (("en", en), ("zh", zh))
+            if lang in vec_langs
+        }
         self._zh = [(i, _char_ngrams(t)) for i, t in zh]
+        self.min_cosine = E5_MIN_COSINE if "zh" in vec_langs else EN_MIN_COSINE
         self._rules = [(i, lang, re.compile(p, re.I)) for i, lang, p in _RULES]
 
-    def _example_vectors(self, texts: list[str], cache_dir: str | Path | None) -> np.ndarray:
+    def _example_vectors(self, texts: list[str], cache_dir: str | Path | None) -> NDArray[Any]:
         # A few hundred examples take ~2 s to embed on 2 cores: cached on disk keyed by the
         # example texts, so only the first start after an edit pays for it.
         if self.embedder is None:
             return np.zeros((0, 384), np.float32)
         path = None
         if cache_dir is not None:
-            key = hashlib.sha256("\n".join(texts).encode()).hexdigest()[:16]
+            keyed = "\n".join((self.embedder.name, *texts))
+            key = hashlib.sha256(keyed.encode()).hexdigest()[:16]
             path = Path(cache_dir) / f"intent-vectors-{key}.npy"
             if path.exists():
                 cached = np.load(path)
-                if cached.shape == (len(texts), 384):
+                if cached.shape == (len(texts), self.embedder.dim):
                     return np.asarray(cached, dtype=np.float32)
         vectors = self.embedder.embed(texts)
         if path is not None:
@@ -151,27 +173,40 @@ class IntentClassifier:
         s = text.strip().lower()
         for intent, rlang, pat in self._rules:
             if rlang == lang and pat.search(s):
+                if intent == "human_agent" and _ASKS_WHEN[rlang].search(s):
+                    continue  # "when are your human agents available?" is a KB question
                 return intent
         return None
 
+    def nearest(self, intent: str, lang: str, vector: NDArray[Any] | None) -> float:
+        """Best cosine between ``vector`` and the examples of ``intent`` (0 without vectors)."""
+        key = "zh" if lang == "zh" else "en"
+        vectors = self._vectors.get(key)
+        if vector is None or vectors is None or not len(vectors):
+            return 0.0
+        mask = np.array([i == intent for i in self._labels[key]], dtype=bool)
+        return float((vectors[mask] @ vector).max()) if mask.any() else 0.0
+
     def classify(
-        self, text: str, *, lang: str | None = None, vector: np.ndarray | None = None
+        self, text: str, *, lang: str | None = None, vector: NDArray[Any] | None = None
     ) -> IntentResult:
         lang = lang or detect_lang(text)
         hit = self.rule(text, lang)
         if hit is not None:
             return IntentResult(hit, 1.0, "rule", lang)
-        if lang == "zh":
+        vectors = self._vectors.get("zh" if lang == "zh" else "en")
+        if vectors is not None and len(vectors) and self.embedder is not None:
+            v = vector if vector is not None else self.embedder.embed_one(text)
+            sims = vectors @ v
+            labels = self._labels["zh" if lang == "zh" else "en"]
+            scored = list(zip(sims.tolist(), labels, strict=True))
+            threshold = self.min_cosine
+        elif lang == "zh":
             q = _char_ngrams(text)
             scored = [(_ngram_cosine(q, g), i) for i, g in self._zh]
             threshold = ZH_MIN_SIMILARITY
         else:
-            if self.embedder is None or len(self._en_vectors) == 0:
-                return IntentResult(UNKNOWN, 0.0, "none", lang)
-            v = vector if vector is not None else self.embedder.embed_one(text)
-            sims = self._en_vectors @ v
-            scored = list(zip(sims.tolist(), self._en_labels, strict=True))
-            threshold = EN_MIN_COSINE
+            return IntentResult(UNKNOWN, 0.0, "none", lang)
         if not scored:
             return IntentResult(UNKNOWN, 0.0, "none", lang)
         scored.sort(key=lambda p: -p[0])

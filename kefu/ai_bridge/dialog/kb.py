@@ -8,7 +8,8 @@ Stored layout of a knowledge-base directory::
 
     entries.json   list of entries (id, question, answer, intent, lang, tags, alt_questions)
     bm25/          bm25s index over question + alternatives + answer (see text.tokenize)
-    vectors.npy    MiniLM vectors (float32, unit length), one row per question phrasing
+    vectors.npy    sentence vectors (float32, unit length; the model named in meta.json), one
+                   row per question phrasing
     rows.npy       entry index of each vectors.npy row
     meta.json      format version, model name, counts
 """
@@ -24,11 +25,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import structlog
+from numpy.typing import NDArray
 
-from .embed import MODEL_NAME, Embedder
+from .embed import TextEncoder
 from .kb_formats import (
     LANGS,
     KbEntry,
@@ -87,35 +90,40 @@ def _doc_tokens(e: KbEntry) -> list[str]:
     return tokenize(" ".join((*e.phrasings(), e.answer)))
 
 
-def build_index(entries: Sequence[KbEntry], out_dir: Path, embedder: Embedder | None) -> None:
+def build_index(entries: Sequence[KbEntry], out_dir: Path, embedder: TextEncoder | None) -> None:
     """Write the stored index for ``entries`` into the (existing, empty) ``out_dir``."""
     import bm25s
 
     retriever = bm25s.BM25()
     retriever.index([_doc_tokens(e) for e in entries], show_progress=False)
     retriever.save(str(out_dir / "bm25"), show_progress=False)
+    vectors, rows = phrasing_vectors(entries, embedder)
+    np.save(out_dir / "vectors.npy", vectors)
+    np.save(out_dir / "rows.npy", rows)
+    (out_dir / "entries.json").write_text(
+        json.dumps([e.to_json() for e in entries], ensure_ascii=False, indent=1), encoding="utf-8"
+    )
+    meta = {
+        "format": FORMAT_VERSION,
+        "model": embedder.name if embedder is not None and len(rows) else None,
+        "entries": len(entries),
+    }
+    (out_dir / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
+
+
+def phrasing_vectors(
+    entries: Sequence[KbEntry], embedder: TextEncoder | None
+) -> tuple[NDArray[Any], NDArray[Any]]:
+    """(vectors, entry index per row) over every question phrasing; empty without a model."""
     texts: list[str] = []
     rows: list[int] = []
     for i, e in enumerate(entries):
         for q in e.phrasings():
             texts.append(q)
             rows.append(i)
-    if embedder is not None and embedder.ready:
-        vectors = embedder.embed(texts)
-    else:
-        vectors = np.zeros((0, 384), dtype=np.float32)
-        rows = []
-    np.save(out_dir / "vectors.npy", vectors)
-    np.save(out_dir / "rows.npy", np.asarray(rows, dtype=np.int32))
-    (out_dir / "entries.json").write_text(
-        json.dumps([e.to_json() for e in entries], ensure_ascii=False, indent=1), encoding="utf-8"
-    )
-    meta = {
-        "format": FORMAT_VERSION,
-        "model": MODEL_NAME if len(rows) else None,
-        "entries": len(entries),
-    }
-    (out_dir / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
+    if embedder is None or not embedder.ready:
+        return np.zeros((0, 384), dtype=np.float32), np.zeros(0, dtype=np.int32)
+    return embedder.embed(texts), np.asarray(rows, dtype=np.int32)
 
 
 def _atomic_replace(tmp: Path, target: Path) -> None:
@@ -136,7 +144,7 @@ def _atomic_replace(tmp: Path, target: Path) -> None:
 
 
 def import_kb(
-    paths: Sequence[str | Path], target_dir: str | Path, *, embedder: Embedder | None = None
+    paths: Sequence[str | Path], target_dir: str | Path, *, embedder: TextEncoder | None = None
 ) -> ImportReport:
     """Validate ``paths`` fully, then build the index and atomically install it at ``target_dir``.
 
@@ -179,15 +187,18 @@ class KnowledgeBase:
         self,
         entries: list[KbEntry],
         bm25: object,
-        vectors: np.ndarray,
-        rows: np.ndarray,
+        vectors: NDArray[Any],
+        rows: NDArray[Any],
         directory: Path | None = None,
+        model: str | None = None,
     ) -> None:
         self.entries = entries
         self.bm25 = bm25
         self.vectors = vectors
         self.rows = rows
         self.directory = directory
+        self.model = model
+        """Name of the model that made ``vectors`` (None: no vectors)."""
         self.by_id = {e.id: e for e in entries}
 
     @classmethod
@@ -205,26 +216,35 @@ class KnowledgeBase:
         bm25 = bm25s.BM25.load(str(d / "bm25"), show_progress=False)
         vectors = np.load(d / "vectors.npy")
         rows = np.load(d / "rows.npy")
-        return cls(entries, bm25, vectors, rows, d)
+        return cls(entries, bm25, vectors, rows, d, meta.get("model"))
 
     @classmethod
-    def default(cls, cache_dir: str | Path, embedder: Embedder | None) -> KnowledgeBase:
+    def default(cls, cache_dir: str | Path, embedder: TextEncoder | None) -> KnowledgeBase:
         """The embedded retail KB, indexed once and cached under ``cache_dir``.
 
-        The cache key hashes the data files and whether vectors are included, so editing the
-        shipped KB or gaining an embedder rebuilds it.
+        The cache key hashes the data files and the embedding model (if any), so editing the
+        shipped KB or changing the model rebuilds it.
         """
         files = default_kb_files()
         h = hashlib.sha256()
         for f in files:
             h.update(f.name.encode() + b"\0" + f.read_bytes())
-        h.update(b"vec" if embedder is not None and embedder.ready else b"novec")
+        h.update(embedder.name.encode() if embedder is not None and embedder.ready else b"novec")
         target = Path(cache_dir) / f"default-kb-{h.hexdigest()[:16]}"
         if not (target / "meta.json").exists():
             import_kb(files, target, embedder=embedder)
         return cls.load(target)
 
-    def bm25_scores(self, tokens: list[str]) -> np.ndarray:
+    def with_vectors(self, embedder: TextEncoder | None) -> KnowledgeBase:
+        """This KB with phrasing vectors from ``embedder``: itself when they already are
+        (an index imported with another model, or none, is embedded in memory, ~1 s)."""
+        if embedder is None or not embedder.ready or self.model == embedder.name:
+            return self
+        vectors, rows = phrasing_vectors(self.entries, embedder)
+        log.info("kb.reembedded", model=embedder.name, was=self.model, rows=len(rows))
+        return KnowledgeBase(self.entries, self.bm25, vectors, rows, self.directory, embedder.name)
+
+    def bm25_scores(self, tokens: list[str]) -> NDArray[Any]:
         if not tokens:
             return np.zeros(len(self.entries), dtype=np.float32)
         return np.asarray(self.bm25.get_scores(tokens), dtype=np.float32)  # type: ignore[attr-defined]

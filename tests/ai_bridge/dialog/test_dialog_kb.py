@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from kefu.ai_bridge.dialog.e5 import E5Embedder
 from kefu.ai_bridge.dialog.embed import Embedder
 from kefu.ai_bridge.dialog.kb import (
     KbImportError,
@@ -174,9 +175,7 @@ def test_shipped_kb_covers_every_topic_in_both_languages() -> None:
     assert all(len(e.answer) < 300 for e in entries)
 
 
-def test_default_kb_is_cached(
-    cache_dir: Path, default_kb: KnowledgeBase, embedder: Embedder
-) -> None:
-    again = KnowledgeBase.default(cache_dir, embedder)
+def test_default_kb_is_cached(cache_dir: Path, default_kb: KnowledgeBase, e5: E5Embedder) -> None:
+    again = KnowledgeBase.default(cache_dir, e5)
     assert again.directory == default_kb.directory
     assert default_kb.vectors.shape[0] == sum(len(e.phrasings()) for e in default_kb.entries)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from kefu.ai_bridge.dialog.manager import DialogManager
 from kefu.ai_bridge.dialog.retrieval import (
     LOW_CONFIDENCE,
     RRF_K,
@@ -92,10 +93,12 @@ def test_answerable_questions_rank_first_with_confidence(
 
 
 @pytest.mark.parametrize("query", UNANSWERABLE)
-def test_off_topic_questions_are_low_confidence(retriever: HybridRetriever, query: str) -> None:
+async def test_off_topic_questions_are_not_answered(manager: DialogManager, query: str) -> None:
+    # e5 puts near-domain questions close to some KB phrasing; abstaining is the manager's
+    # call (calibrated confidence + the nearest off-topic examples), so judge the reply.
     lang = "zh" if any("\u4e00" <= c <= "\u9fff" for c in query) else "en"
-    hits = retriever.search(query, lang=lang, k=3)
-    assert not hits or hits[0].confidence < LOW_CONFIDENCE
+    reply = await manager.respond(f"oos-{query}", query, lang=lang)
+    assert reply.source == "fallback" and reply.kb_ids == (), (reply.source, reply.kb_ids)
 
 
 def test_bm25_only_when_no_embedder(retriever: HybridRetriever) -> None:

@@ -1,0 +1,85 @@
+"""Two answers too close to call: ask the caller which one they mean, and read the reply.
+
+When the best two knowledge-base entries score within :data:`CHOICE_MARGIN` of each other
+the manager does not guess: it asks a short question naming both topics (the entries'
+headings) and keeps their ids in :attr:`DialogState.pending_choice`. The caller's next turn
+is resolved against those two first:
+
+* an ordinal ("the first one", "the second", "第一个", "后面那个") picks by position;
+* "neither" / "都不是" means neither: the bot offers a colleague;
+* otherwise the turn is retrieved as usual and the better-scoring of the two options wins,
+  unless the turn is clearly about a third topic (a confident hit outside the two), which is
+  then answered as a new question.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from .kb import KbEntry
+from .retrieval import Hit
+
+NEITHER = "neither"
+# Fused-score gap under which the top two are "too close to call" (chosen on the dev split).
+CHOICE_MARGIN = 0.006
+# A hit outside the two options this confident means the caller moved on to a new question.
+_NEW_TOPIC_CONFIDENCE = 0.9
+
+_FIRST = {
+    "en": re.compile(r"\b(first|former|1st|number one|the top one|earlier one)\b", re.I),
+    "zh": re.compile(r"第一|前一个|前面|前者|头一个|1个"),
+}
+_SECOND = {
+    "en": re.compile(r"\b(second|latter|2nd|number two|last one|other one|later one)\b", re.I),
+    "zh": re.compile(r"第二|后一个|后面|后者|2个"),
+}
+_NEITHER = {
+    "en": re.compile(
+        r"\b(neither|none of (them|those|these|that)|something else|not really)\b", re.I
+    ),
+    "zh": re.compile(r"都不是|都不对|都没有|两个都不|别的问题|其他问题"),
+}
+
+
+def _topic(entry: KbEntry) -> str:
+    return entry.question.strip().rstrip("?？。.!！")
+
+
+def ask(a: KbEntry, b: KbEntry, lang: str) -> str:
+    """The clarifying question naming both topics."""
+    if lang == "zh":
+        return f"请问您是想问“{_topic(a)}”，还是“{_topic(b)}”？"
+    first, second = _topic(a), _topic(b)
+    return f'Just to check, do you mean "{first}", or "{second}"?'
+
+
+def resolve(text: str, lang: str, options: Sequence[str], hits: Sequence[Hit]) -> str | None:
+    """The option the caller picked (an entry id), :data:`NEITHER`, or None when the turn does
+    not answer the question (it is then handled as a new turn)."""
+    key = "zh" if lang == "zh" else "en"
+    if _NEITHER[key].search(text):
+        return NEITHER
+    first, second = bool(_FIRST[key].search(text)), bool(_SECOND[key].search(text))
+    if first != second and len(options) >= 2:
+        return options[0] if first else options[1]
+    chosen = [h for h in hits if h.entry.id in options]
+    if not chosen:
+        return None
+    top = hits[0]
+    if top.entry.id not in options and top.confidence >= _NEW_TOPIC_CONFIDENCE:
+        return None
+    return chosen[0].entry.id
+
+
+def too_close(hits: Sequence[Hit], low_confidence: float) -> bool:
+    """True when the best two hits are different entries, both plausible, and within
+    :data:`CHOICE_MARGIN` of each other."""
+    if len(hits) < 2:
+        return False
+    a, b = hits[0], hits[1]
+    return (
+        a.entry.id != b.entry.id
+        and b.confidence >= low_confidence
+        and a.score - b.score < CHOICE_MARGIN
+    )
