@@ -36,6 +36,7 @@ from aiortc.mediastreams import MediaStreamTrack
 
 from kefu.ai_bridge.agent_voice import AgentHearing, AgentVoice
 from kefu.ai_bridge.barge import Floor, FloorAction, FloorInput, FloorMachine
+from kefu.ai_bridge.call_language import CallLanguage, serveable_mode
 from kefu.ai_bridge.events import AI_UNAVAILABLE, BargeIn, HandoffRequested, Utterance
 from kefu.ai_bridge.history import HistoryWriter
 from kefu.ai_bridge.listen.listener import (
@@ -114,7 +115,13 @@ class CallAgent:
         self.inbound = inbound
         self.publish = publish
         self.settings = settings or services.settings
-        self.lang = "zh" if (lang or self.settings.language).startswith("zh") else "en"
+        self.language = CallLanguage.start(
+            serveable_mode(services, lang or self.settings.language),
+            services.voice.language_of(self.settings.greeting_auto[0])
+            if services.voice is not None and self.settings.greeting_auto
+            else "zh",
+        )
+        """The call's language mode and the language it is answered in (:mod:`.call_language`)."""
         self.spec = pipeline or PipelineSpec.from_settings(self.settings)
         """Which stages this call runs."""
         self.registry = registry
@@ -136,7 +143,7 @@ class CallAgent:
         self._tap: CallerAudioTap | None = None
         self._driver: ListenDriver | None = None
         self._hearing = AgentHearing(
-            StageContext(services, self.settings, call_id, self.lang),
+            StageContext(services, self.settings, call_id, self.language.mode),
             publish=publish,
             turn_id=self._caller_turn,
             record=self.history.add,
@@ -195,7 +202,7 @@ class CallAgent:
         """Queue the greeting, compose the call's stages and start listening."""
         loop = asyncio.get_running_loop()
         spec, services = self.spec, self.services
-        reason = missing(services, spec, self.lang)
+        reason = missing(services, spec, self.language.mode)
         if reason is not None:
             self._degrade(reason)
             return
@@ -203,11 +210,8 @@ class CallAgent:
         if spec.speak and services.voice is not None:
             self.responder.speech = VoiceSpeech(services.voice)
         if spec.answer and not self.paused:  # a human may have taken the call already
-            s = self.settings
-            self.responder.run(
-                self.responder.say(s.greeting_zh if self.lang == "zh" else s.greeting_en, 0)
-            )
-        ctx = StageContext(services, self.settings, self.call_id, self.lang)
+            self.responder.run(self._greet())
+        ctx = StageContext(services, self.settings, self.call_id, self.language.mode)
         try:
             pipeline = await build_pipeline(ctx, spec, registry=self.registry, clock=loop.time)
         except PipelineUnavailable as exc:
@@ -227,6 +231,30 @@ class CallAgent:
         )
         self._tap.start()
         self._events_task = loop.create_task(self._run_events(), name=f"agent:{self.call_id}")
+
+    async def _greet(self) -> None:
+        s, voice = self.settings, self.services.voice
+        if self.language.mode != "auto" or voice is None:
+            await self.responder.say(s.greeting_zh if self.lang == "zh" else s.greeting_en, 0)
+            return
+        for line in s.greeting_auto:  # each line in its own language's voice
+            await self.responder.say(line, 0, lang=voice.language_of(line))
+
+    def _follow_language(self, turn_id: int, language: str, text: str) -> None:
+        """An ``auto`` call hears the caller's language (:mod:`.call_language`)."""
+        state = self.language
+        if state.observe(language, text):
+            self.responder.lang = state.current
+            self._log.info(
+                "call_language", turn_id=turn_id, language=state.current, switches=state.switches
+            )
+        if self.listener is not None:
+            self.listener.asr_language = state.hint
+
+    @property
+    def lang(self) -> str:
+        """The language the call is answered in now (``en`` or ``zh``)."""
+        return self.language.current
 
     def attach_avatar(self, avatar: AvatarStream) -> None:
         """Drive ``avatar`` from this call's speech and floor (before :meth:`start`)."""
@@ -428,6 +456,7 @@ class CallAgent:
             if dialog is not None:  # said to the human: part of the conversation all the same
                 self.history.add("caller", text, ev.language)
             return
+        self._follow_language(turn_id, ev.language, text)
         marks = self.tracer.marks(turn_id)
         marks.asr_final = ev.at
         marks.transcript = text

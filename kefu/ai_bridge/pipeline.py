@@ -103,7 +103,7 @@ class StageContext:
     call_id: str
     """The call."""
     lang: str
-    """The call's language (``en`` or ``zh``)."""
+    """The call's language mode (``en``, ``zh`` or ``auto``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +155,7 @@ def check_names(spec: PipelineSpec, registry: StageRegistry | None = None) -> No
 def missing(services: AiServices, spec: PipelineSpec, lang: str) -> str | None:
     """Why ``spec`` cannot run for a call in ``lang`` (None: every stage it needs is loaded)."""
     if services.asr_for(lang) is None:
-        return f"asr: {services.part('asr_zh' if lang.startswith('zh') else 'asr').status}"
+        return f"asr: {services.part('asr' if lang.startswith('en') else 'asr_zh').status}"
     needed = [n for n, on in (("dialog", spec.answer), ("tts", spec.speak)) if on]
     for name in needed:
         part = services.part(name)

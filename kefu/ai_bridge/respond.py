@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import structlog
+from numpy.typing import NDArray
 
 from kefu.ai_bridge.events import AI_UNAVAILABLE, HandoffRequested, Utterance
 from kefu.ai_bridge.pipeline import Pipeline
@@ -139,17 +140,19 @@ class Responder:
                 mark = ("start", turn_id)
             await self.outbound.put(chunk.pcm, chunk.sample_rate, mark=mark)
 
-    async def say(self, text: str, turn_id: int | None) -> None:
-        """A fixed phrase (greeting, "didn't catch that"): no dialog, no trace."""
+    async def say(self, text: str, turn_id: int | None, *, lang: str | None = None) -> None:
+        """A fixed phrase (greeting, "didn't catch that"): no dialog, no trace; in the call's
+        language unless ``lang`` says."""
+        lang = lang or self.lang
         try:
-            await self.speak(text, self.lang, None)
+            await self.speak(text, lang, None)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             self._log.warning("say_failed", error=str(exc))
             return
         loop = asyncio.get_running_loop()
-        self.publish(Utterance(self.call_id, turn_id or 0, "bot", text, self.lang, loop.time()))
+        self.publish(Utterance(self.call_id, turn_id or 0, "bot", text, lang, loop.time()))
 
     async def apologize(self, detail: str, *, reason: str = AI_UNAVAILABLE) -> None:
         """Apologize with whatever voice works (else a tone); hand off once it was played."""
@@ -187,7 +190,7 @@ class Responder:
         self.publish(event)
 
 
-def _tone(rate: int = 22050) -> np.ndarray:
+def _tone(rate: int = 22050) -> NDArray[np.int16]:
     """Two short 440 Hz beeps: the apology when no voice works at all."""
     t = np.arange(int(0.25 * rate)) / rate
     beep = (6000 * np.sin(2 * np.pi * 440 * t)).astype(np.int16)

@@ -20,8 +20,9 @@ import structlog
 from kefu.ai_bridge.dialog.llm import LlmClient, LlmConfig
 from kefu.ai_bridge.dialog.manager import DialogManager
 from kefu.ai_bridge.listen.asr.base import AsrEngine
+from kefu.ai_bridge.listen.asr.language import LanguageRoutedAsr
 from kefu.ai_bridge.listen.asr.whisper import WhisperAsr, WhisperOptions
-from kefu.ai_bridge.settings import AiSettings
+from kefu.ai_bridge.settings import AiSettings, needs_mandarin
 from kefu.ai_bridge.speak import Voice
 from kefu.ai_bridge.trace import InteractionLog, TurnMetrics
 from kefu.privacy.seal import Sealer, load_key
@@ -94,6 +95,8 @@ class AiServices:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         loop = asyncio.get_running_loop()
         errors: dict[str, str] = {}
+        mandarin = needs_mandarin(settings)
+        """Load the Mandarin models only when a call can be in Mandarin (or ``auto``)."""
         llm = None
         if settings.llm_url:
             llm = LlmClient(
@@ -120,11 +123,17 @@ class AiServices:
             )
 
         def load_asr_zh() -> AsrEngine | None:
-            if settings.sherpa_model_dir is None:
-                return None
-            from kefu.ai_bridge.listen.asr.sherpa import SherpaOnnxAsr
+            if settings.sherpa_model_dir is not None:
+                from kefu.ai_bridge.listen.asr.sherpa import SherpaOnnxAsr
 
-            return SherpaOnnxAsr(settings.sherpa_model_dir)
+                return SherpaOnnxAsr(settings.sherpa_model_dir)
+            if not mandarin:
+                return None
+            from kefu.ai_bridge.listen.asr.whisper_multi import MultilingualWhisperAsr
+
+            return MultilingualWhisperAsr(
+                settings.asr_zh_model_path, WhisperOptions(cpu_threads=settings.asr_threads)
+            )
 
         def load_dialog() -> DialogManager:
             cache_dir = settings.cache_dir or str(Path.home() / ".cache" / "kefu" / "ai")
@@ -132,7 +141,7 @@ class AiServices:
             return DialogManager.build(cache_dir, kb_dir=settings.kb_dir, llm=llm)
 
         async def load_voice() -> Voice:
-            voice = Voice()
+            voice = Voice(neural_chinese=mandarin)
             await voice.start()
             await _prerender_own_phrases(voice, settings)
             return voice
@@ -175,7 +184,7 @@ class AiServices:
             return _part(self.asr, "asr")
         if name == "asr_zh":
             if self.asr_zh is None:
-                return Part(False, "no Mandarin model configured (ai.sherpa_model_dir)")
+                return Part(False, "not loaded: no call can be in Mandarin (ai.language = en)")
             return _part(self.asr_zh, "asr_zh")
         if name == "tts":
             return _part(self.voice, "tts")
@@ -197,7 +206,13 @@ class AiServices:
         return all(self.part(n).ready for n in ("asr", "tts", "dialog"))
 
     def asr_for(self, lang: str) -> AsrEngine | None:
-        """The recognizer for ``lang``, or None when nothing usable is loaded."""
+        """The recognizer for ``lang`` (``auto``: a new per-call router over both), or None
+        when nothing usable is loaded."""
+        if lang == "auto":
+            zh = self.asr_zh
+            if zh is None or not zh.ready or "en" not in zh.languages:
+                return None
+            return LanguageRoutedAsr(self.asr, zh)
         if lang.startswith("zh"):
             engine = self.asr_zh
             if engine is None or not engine.ready:
@@ -212,7 +227,7 @@ class AiServices:
     def unavailable(self, lang: str) -> str | None:
         """Why a call in ``lang`` cannot be served by the AI (None: it can)."""
         if self.asr_for(lang) is None:
-            return f"asr: {self.part('asr_zh' if lang.startswith('zh') else 'asr').status}"
+            return f"asr: {self.part('asr' if lang.startswith('en') else 'asr_zh').status}"
         for name in ("dialog", "tts"):
             part = self.part(name)
             if not part.ready:
@@ -243,9 +258,13 @@ class AiServices:
 
 async def _prerender_own_phrases(voice: Voice, settings: AiSettings) -> None:
     """Greetings and apologies are cached before the first call, so they start at once."""
+    auto = {
+        lang: [g for g in settings.greeting_auto if voice.language_of(g) == lang]
+        for lang in ("en", "zh")
+    }
     for lang, phrases in (
-        ("en", (settings.greeting_en, APOLOGY["en"], NOT_CAUGHT["en"])),
-        ("zh", (settings.greeting_zh, APOLOGY["zh"], NOT_CAUGHT["zh"])),
+        ("en", (settings.greeting_en, APOLOGY["en"], NOT_CAUGHT["en"], *auto["en"])),
+        ("zh", (settings.greeting_zh, APOLOGY["zh"], NOT_CAUGHT["zh"], *auto["zh"])),
     ):
         engine = voice.engine_for(phrases[0], lang)
         if engine.ready:

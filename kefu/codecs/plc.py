@@ -150,7 +150,8 @@ class WaveformConcealer:
     def _repeat(self, periods: int, pos: NDArray[np.int64]) -> NDArray[np.float64]:
         span = periods * self._pitch
         n = len(self._snapshot)
-        return self._snapshot[n - span + pos % span]
+        out: NDArray[np.float64] = self._snapshot[n - span + pos % span]
+        return out
 
 
 def _to_int16(x: NDArray[np.float64]) -> NDArray[np.int16]:

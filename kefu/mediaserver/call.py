@@ -56,6 +56,9 @@ class Call:
     """Where the trunk sent the INVITE from (host:port)."""
     caller_uri: str = ""
     """The INVITE's From URI (who is calling, as the trunk says)."""
+    language: str = "auto"
+    """The AI's language mode for the call (``en``, ``zh``, ``auto``; see
+    :func:`kefu.ai_bridge.listen.asr.language.call_language`)."""
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
     state: CallState = CallState.RINGING
     created: float = field(default_factory=time.time)

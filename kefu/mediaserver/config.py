@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from kefu.ai_bridge.listen.asr.language import LANGUAGE_MODES, check_language_map
 from kefu.ai_bridge.settings import AiSettings
 from kefu.errors import ConfigError
 from kefu.rtp.session import LATCHING_MODES, Latching
@@ -312,10 +313,17 @@ def _validate(config: Config) -> Config:
             f"got {config.calls.media_mode!r}",
             key="calls.media_mode",
         )
-    if config.ai.language not in ("en", "zh"):
+    if config.ai.language not in LANGUAGE_MODES:
         raise ConfigError(
-            f"ai.language must be en or zh, got {config.ai.language!r}", key="ai.language"
+            f"ai.language must be en, zh or auto, got {config.ai.language!r}", key="ai.language"
         )
+    for name in ("language_by_number", "language_by_trunk", "language_by_room"):
+        key = f"ai.{name}"
+        problem = check_language_map(
+            getattr(config.ai, name), key, networks=name == "language_by_trunk"
+        )
+        if problem:
+            raise ConfigError(problem, key=key)
     if config.ai.avatar not in AVATAR_MODES:
         raise ConfigError(
             f"ai.avatar must be one of {', '.join(AVATAR_MODES)}, got {config.ai.avatar!r}",

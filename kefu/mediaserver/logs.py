@@ -11,7 +11,14 @@ import structlog
 def configure_logging(level: str = "info", *, json: bool = True) -> None:
     numeric = logging.getLevelName(level.upper())
     renderer: structlog.types.Processor = (
-        structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
+        structlog.processors.JSONRenderer()
+        if json
+        else structlog.dev.ConsoleRenderer(
+            # Plain tracebacks: rich (installed by TensorFlow) would print every frame's
+            # local variables, tokens and keys included.
+            colors=False,
+            exception_formatter=structlog.dev.plain_traceback,
+        )
     )
     structlog.configure(
         processors=[

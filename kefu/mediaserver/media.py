@@ -42,7 +42,8 @@ def chime(rate: int = PROMPT_RATE) -> NDArray[np.int16]:
         t = np.arange(int(0.3 * rate)) / rate
         envelope = np.minimum(1.0, np.minimum(t, t[::-1]) / 0.02)
         parts.append(0.3 * 32767 * envelope * np.sin(2 * np.pi * freq * t))
-    return np.concatenate(parts).astype(np.int16)
+    out: NDArray[np.int16] = np.concatenate(parts).astype(np.int16)
+    return out
 
 
 class PcmTrack(MediaStreamTrack):

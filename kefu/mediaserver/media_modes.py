@@ -20,6 +20,7 @@ import structlog
 from aiortc.mediastreams import MediaStreamTrack
 
 from kefu.ai_bridge.agent import CallAgent, HandoffRequested
+from kefu.ai_bridge.listen.asr.language import call_language
 from kefu.ai_bridge.services import AiServices
 from kefu.ai_bridge.settings import AiSettings
 from kefu.codecs.info import codec_info
@@ -100,7 +101,9 @@ class MediaModes:
 
     def _room_agent(self, room_id: str, hears: MediaStreamTrack, publish: Any) -> CallAgent:
         assert self.ai is not None
-        return CallAgent(self.ai, room_call_id(room_id), hears, publish=publish)
+        ai = self.config.ai
+        lang = call_language(ai.language, room=room_id, by_room=ai.language_by_room)
+        return CallAgent(self.ai, room_call_id(room_id), hears, publish=publish, lang=lang)
 
     # --- a call's media ----------------------------------------------------------------------
 
@@ -128,7 +131,11 @@ class MediaModes:
             ep.play(PromptThenEcho(PcmTrack(pcm), ep.inbound))
         elif mode == "ai" and self.ai is not None:
             agent = CallAgent(
-                self.ai, call.id, ep.inbound, publish=lambda e: self._on_agent_event(call, e)
+                self.ai,
+                call.id,
+                ep.inbound,
+                publish=lambda e: self._on_agent_event(call, e),
+                lang=call.language,
             )
             call.agent = agent
             ep.play(agent.outbound)

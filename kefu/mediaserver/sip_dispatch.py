@@ -17,6 +17,7 @@ import time
 
 import structlog
 
+from kefu.ai_bridge.listen.asr.language import LANGUAGE_HEADER, call_language
 from kefu.mediaserver.bus import EventBus
 from kefu.mediaserver.call import Call
 from kefu.mediaserver.call_state import CallInput, CallState
@@ -183,17 +184,31 @@ class SipDispatch:
             self.metrics.calls_total.labels(f"rejected_{reason}").inc()
             log.info("call_rejected", reason=reason, source=event.source)
             return
+        ai = self.config.ai
         call = Call(
             event.leg,
             self.bus,
             event.source,
             caller_uri=str(event.invite.from_.uri),
             caller=SipLeg(self.ua, event.leg, self.sip),
+            language=call_language(
+                ai.language,
+                header=event.invite.headers.get(LANGUAGE_HEADER),
+                called=event.invite.uri.user or "",
+                source_host=host,
+                by_number=ai.language_by_number,
+                by_trunk=ai.language_by_trunk,
+            ),
         )
         call.received_monotonic = event.received_at
         self.lifecycle.add(call)
         self._unacked.setdefault(host, set()).add(event.leg)
-        call.log.info("call_incoming", source=event.source, sip_call_id=event.sip_call_id)
+        call.log.info(
+            "call_incoming",
+            source=event.source,
+            sip_call_id=event.sip_call_id,
+            language=call.language,
+        )
         self.bus.publish(CallStarted(call.id, time.time(), "sip", event.source))
         call.spawn(self._answer(call, event.offer), "answer")
 

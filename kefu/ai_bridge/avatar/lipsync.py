@@ -183,7 +183,8 @@ def frame_times(count: int, fps: float) -> NDArray[np.float64]:
 def _ramp(distance: NDArray[np.float64], width: NDArray[np.float64]) -> NDArray[np.float64]:
     """1 at distance <= 0, a raised cosine down to 0 at ``width``, 0 beyond."""
     x = np.clip(distance / width, 0.0, 1.0)
-    return 0.5 * (1.0 + np.cos(np.pi * x))
+    out: NDArray[np.float64] = 0.5 * (1.0 + np.cos(np.pi * x))
+    return out
 
 
 def _dominances(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import wave
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,9 +73,8 @@ def normalize(text: str) -> list[str]:
     return [_NUMBER_WORDS.get(w, w) for w in words]
 
 
-def wer(ref: str, hyp: str) -> float:
-    """Word error rate: (substitutions + deletions + insertions) / reference words."""
-    r, h = normalize(ref), normalize(hyp)
+def _error_rate(r: Sequence[str], h: Sequence[str]) -> float:
+    """(substitutions + deletions + insertions) / len(r), by Levenshtein alignment."""
     if not r:
         return 0.0 if not h else 1.0
     prev = list(range(len(h) + 1))
@@ -84,6 +84,24 @@ def wer(ref: str, hyp: str) -> float:
             cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (rw != hw))
         prev = cur
     return prev[len(h)] / len(r)
+
+
+def wer(ref: str, hyp: str) -> float:
+    """Word error rate: (substitutions + deletions + insertions) / reference words."""
+    return _error_rate(normalize(ref), normalize(hyp))
+
+
+def hanzi(text: str) -> list[str]:
+    """Characters that count for Mandarin CER: numerals as digits (ITN on both sides, so
+    "三天" and "3天" agree), no punctuation or spaces, Latin lower-cased."""
+    from kefu.ai_bridge.listen.itn_zh import inverse_normalize_zh
+
+    return [c for c in inverse_normalize_zh(text).lower() if c.isalnum()]
+
+
+def cer(ref: str, hyp: str) -> float:
+    """Character error rate of a Mandarin transcript (see :func:`hanzi`)."""
+    return _error_rate(hanzi(ref), hanzi(hyp))
 
 
 def piper_voice() -> object:

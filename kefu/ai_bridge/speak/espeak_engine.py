@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import structlog
+from numpy.typing import NDArray
 
 from kefu.ai_bridge.speak.base import ClauseEngine, PhonemeMark, TtsChunk, TtsError
 from kefu.ai_bridge.speak.emotion import EspeakStyle, espeak_style
@@ -79,7 +80,7 @@ _SynthCallback = ctypes.CFUNCTYPE(
 class _Collector:
     """What one ``espeak_Synth`` call produced; filled by the callback on the worker thread."""
 
-    pcm: list[np.ndarray] = field(default_factory=list)
+    pcm: list[NDArray[np.int16]] = field(default_factory=list)
     phonemes: list[tuple[str, int]] = field(default_factory=list)
     end_ms: int | None = None
 

@@ -20,8 +20,15 @@ from typing import Any
 
 import numpy as np
 import structlog
+from numpy.typing import NDArray
 
-from kefu.ai_bridge.speak.base import ClauseEngine, PhonemeMark, TtsChunk, TtsError
+from kefu.ai_bridge.speak.base import (
+    ClauseEngine,
+    PhonemeMark,
+    TtsChunk,
+    TtsError,
+    trailing_gap_ms,
+)
 from kefu.ai_bridge.speak.emotion import PiperStyle, piper_style
 from kefu.ai_bridge.speak.text import Segment, plan_clauses
 
@@ -30,8 +37,6 @@ log = structlog.get_logger(__name__)
 SILENCE = "sil"
 """The mark used for BOS/EOS, word gaps, punctuation and added pauses."""
 
-_SENTENCE_END = ".!?。！？"
-_CLAUSE_END = ",;:，；：、"
 _SENTENCE_GAP_MS = 200.0
 _CLAUSE_GAP_MS = 90.0
 _PEAK = 0.8  # headroom below full scale, so G.711 companding does not clip emotional gain
@@ -162,7 +167,7 @@ class PiperEngine(ClauseEngine[PiperStyle]):
             volume=_PEAK * style.gain,
         )
         sr = self.sample_rate
-        audio: list[np.ndarray] = []
+        audio: list[NDArray[np.float32]] = []
         pairs: list[tuple[str, int]] = []
         for chunk in voice.synthesize(clause, config, include_alignments=True):
             audio.append(chunk.audio_float_array)
@@ -179,7 +184,7 @@ class PiperEngine(ClauseEngine[PiperStyle]):
             wave = soxr.resample(wave, sr * style.pitch, sr, quality="MQ")
             scale = 1.0 / style.pitch
         marks = alignment_marks(pairs, sr, scale)
-        gap = pause_ms + _trailing_gap_ms(clause)
+        gap = pause_ms + trailing_gap_ms(clause, _SENTENCE_GAP_MS, _CLAUSE_GAP_MS)
         pcm = np.clip(wave * 32767.0, -32767, 32767).astype(np.int16)
         if gap:
             pad = round(sr * gap / 1000.0)
@@ -207,12 +212,3 @@ class PiperEngine(ClauseEngine[PiperStyle]):
 
     def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
-
-
-def _trailing_gap_ms(clause: str) -> float:
-    tail = clause.rstrip("\"')]）】」』”’ ")
-    if tail and tail[-1] in _SENTENCE_END:
-        return _SENTENCE_GAP_MS
-    if tail and tail[-1] in _CLAUSE_END:
-        return _CLAUSE_GAP_MS
-    return 0.0

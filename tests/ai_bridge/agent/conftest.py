@@ -254,7 +254,9 @@ def spoken(piper_voice) -> Callable[..., np.ndarray]:
 def ai_settings(tmp_path_factory: pytest.TempPathFactory) -> AiSettings:
     root = tmp_path_factory.mktemp("agent")
     return AiSettings(
-        cache_dir=str(root / "cache"), interaction_log=str(root / "interactions.jsonl")
+        language="en",
+        cache_dir=str(root / "cache"),
+        interaction_log=str(root / "interactions.jsonl"),
     )
 
 

@@ -181,7 +181,7 @@ async def test_readiness_reports_every_part(services) -> None:
     r = services.readiness()
     assert r["asr"] == "ready" and r["dialog"].startswith("ready")
     assert r["tts"].startswith("ready") and r["llm"] == "not configured"
-    assert r["asr_zh"] == "no Mandarin model configured (ai.sherpa_model_dir)"
+    assert r["asr_zh"] == "not loaded: no call can be in Mandarin (ai.language = en)"
 
 
 async def test_llm_answer_is_spoken_and_kb_when_llm_is_down(

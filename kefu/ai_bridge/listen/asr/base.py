@@ -46,6 +46,9 @@ class AsrResult:
     """0..1; for Whisper ``exp`` of the mean token log-probability."""
     decode_ms: float
     """Time the engine spent on this utterance (queueing excluded where measurable)."""
+    language_prob: float = 1.0
+    """How sure the engine is of ``language`` (Whisper's language identification; 1.0 when
+    the language was given and not checked)."""
 
     @classmethod
     def since(cls, started: float, text: str, language: str, confidence: float) -> AsrResult:

