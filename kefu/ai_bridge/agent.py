@@ -37,6 +37,7 @@ from aiortc.mediastreams import MediaStreamTrack
 from kefu.ai_bridge.agent_voice import AgentHearing, AgentVoice
 from kefu.ai_bridge.barge import Floor, FloorAction, FloorInput, FloorMachine
 from kefu.ai_bridge.call_language import CallLanguage, serveable_mode
+from kefu.ai_bridge.emotion.call import call_emotion
 from kefu.ai_bridge.events import AI_UNAVAILABLE, BargeIn, HandoffRequested, Utterance
 from kefu.ai_bridge.history import HistoryWriter
 from kefu.ai_bridge.listen.listener import (
@@ -223,6 +224,7 @@ class CallAgent:
             return
         self.pipeline = self.responder.pipeline = pipeline
         self.responder.speech = pipeline.speech
+        self.responder.emotion = call_emotion(services, self.settings, self.call_id, self.publish)
         if pipeline.frontend is not None:
             self.outbound.on_frame = pipeline.frontend.push_far
         self._driver = ListenDriver(pipeline.listen)
@@ -367,6 +369,8 @@ class CallAgent:
     def _on_end_of_turn(self, ev: EndOfTurn) -> None:
         if self.avatar is not None:
             self.avatar.caller_stopped()
+        if self.responder.emotion is not None and ev.audio is not None and not ev.short:
+            self.responder.emotion.hold_audio(ev.turn_id, ev.audio)
         action = self.floor.apply(
             FloorInput.END_SHORT if ev.short else FloorInput.END,
             lambda a: self._act(a, ev.turn_id),

@@ -7,7 +7,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["AI_UNAVAILABLE", "BargeIn", "HandoffRequested", "Utterance"]
+__all__ = [
+    "AI_UNAVAILABLE",
+    "BargeIn",
+    "CallerEmotionHeard",
+    "EscalationRaised",
+    "HandoffRequested",
+    "Utterance",
+]
 
 AI_UNAVAILABLE = "ai unavailable"
 """``HandoffRequested.reason`` when a model the call needs is not loaded."""
@@ -62,3 +69,53 @@ class Utterance:
     """Language of ``text``."""
     at: float
     """Loop time it became known."""
+
+
+@dataclass(frozen=True, slots=True)
+class CallerEmotionHeard:
+    """The caller's emotion in one turn (:mod:`kefu.ai_bridge.emotion`)."""
+
+    call_id: str
+    """Call it belongs to."""
+    turn_id: int
+    """Caller turn."""
+    label: str
+    """neutral, happy, sad, angry, fearful or surprised."""
+    valence: float
+    """-1 (negative) .. 1 (positive)."""
+    arousal: float
+    """-1 (calm) .. 1 (agitated)."""
+    confidence: float
+    """0..1 (0: nothing could be estimated)."""
+    text_label: str
+    """What the words alone said."""
+    prosody_arousal: float | None
+    """What the voice alone said (None: no audio)."""
+    call_label: str
+    """The call's mood so far (smoothed over its turns)."""
+    at: float
+    """Loop time it was known."""
+
+
+@dataclass(frozen=True, slots=True)
+class EscalationRaised:
+    """The AI is handing the call to a human because of how it is going: an alert."""
+
+    call_id: str
+    """Call it belongs to."""
+    turn_id: int
+    """Caller turn that tipped it."""
+    reason: str
+    """``negative_emotion``, ``failed_answers`` or ``explicit_request``."""
+    negative_turns: int
+    """Consecutive negative turns at the time."""
+    failed_answers: int
+    """Fallback answers in a row at the time."""
+    call_label: str
+    """The call's smoothed mood."""
+    call_valence: float
+    """The call's smoothed valence."""
+    last_label: str
+    """The last turn's emotion."""
+    at: float
+    """Loop time it was raised."""

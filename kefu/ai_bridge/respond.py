@@ -16,11 +16,13 @@ import numpy as np
 import structlog
 from numpy.typing import NDArray
 
+from kefu.ai_bridge.emotion.call import CallEmotion, reply_kind
+from kefu.ai_bridge.emotion.values import CallerEmotion
 from kefu.ai_bridge.events import AI_UNAVAILABLE, HandoffRequested, Utterance
 from kefu.ai_bridge.pipeline import Pipeline
 from kefu.ai_bridge.services import APOLOGY
 from kefu.ai_bridge.stages import CallerTurn, SpeechStage, SpeechTap
-from kefu.ai_bridge.trace import TurnTracer
+from kefu.ai_bridge.trace import EmotionReading, TurnTracer
 from kefu.ai_bridge.tracks import BotAudioTrack
 
 __all__ = ["Responder"]
@@ -59,6 +61,8 @@ class Responder:
         """``(speaker, text, lang)`` into the call's dialog history: the answers spoken."""
         self.task: asyncio.Task[None] | None = None
         self.handoff: HandoffRequested | None = None
+        self.emotion: CallEmotion | None = None
+        """The call's emotion (caller per turn, reply tone, escalation); None: off."""
         self._log = log.bind(call_id=call_id)
         outbound.on_mark = self._on_mark
 
@@ -87,21 +91,43 @@ class Responder:
         marks = self.tracer.marks(turn_id)
         reply = None
         spoken: list[str] = []
+        emotion = self.emotion
+        # The caller's emotion is estimated on its own thread while the dialog works.
+        feeling = emotion.begin(turn_id, turn.text, turn.lang) if emotion is not None else None
         try:
             for stage in pipeline.turn_stages:
                 turn = await stage(turn)
             reply = await pipeline.dialog.respond(turn)
             marks.answer_chosen = loop.time()
             marks.intent, marks.source = reply.intent, reply.source
+            tone = "neutral"
+            if emotion is not None and feeling is not None:
+                heard = await _settled(feeling)
+                tone = emotion.tone(heard, reply_kind(reply.source, reply.intent))
+                marks.caller_emotion = EmotionReading.of(heard) if heard is not None else None
+                marks.reply_emotion = tone
             async for sentence in reply.sentences:
-                await self.speak(sentence, reply.lang, turn_id)
+                await self.speak(sentence, reply.lang, turn_id, emotion=tone)
                 spoken.append(sentence)
                 marks.answer_text = " ".join(spoken)
+            handoff = ("caller asked", reply.source) if reply.handoff else None
+            escalation = (
+                emotion.after_reply(turn_id, reply.source, reply.handoff)
+                if emotion is not None
+                else None
+            )
+            if escalation is not None:
+                marks.escalation = escalation.reason
+                if handoff is None:  # the caller did not ask: offer the colleague now
+                    line = ESCALATE[escalation.reason][reply.lang]
+                    await self.speak(line, reply.lang, turn_id, emotion="sad")
+                    spoken.append(line)
+                    marks.answer_text = " ".join(spoken)
+                    handoff = ("escalation", escalation.reason)
             bot_line = " ".join(spoken)
             self.publish(Utterance(self.call_id, turn_id, "bot", bot_line, reply.lang, loop.time()))
             if self.record is not None:
                 self.record("bot", bot_line, reply.lang)
-            handoff = ("caller asked", reply.source) if reply.handoff else None
             await self.outbound.put(
                 _EMPTY, self.outbound.sample_rate, mark=("end", turn_id, handoff)
             )
@@ -117,7 +143,9 @@ class Responder:
             if reply is not None:
                 await reply.aclose()
 
-    async def speak(self, text: str, lang: str, turn_id: int | None) -> None:
+    async def speak(
+        self, text: str, lang: str, turn_id: int | None, *, emotion: str = "neutral"
+    ) -> None:
         """Synthesize ``text`` into the outbound queue; the first chunk of a turn is marked.
 
         Without a speech stage (text-only) nothing is queued: the text is published by the
@@ -131,7 +159,7 @@ class Responder:
         taps = (*(self.pipeline.speech_taps if self.pipeline is not None else ()), *self.taps)
         marks = self.tracer.marks(turn_id) if turn_id else None
         loop = asyncio.get_running_loop()
-        async for chunk in speech.synthesize(text, lang=lang):
+        async for chunk in speech.synthesize(text, lang=lang, emotion=emotion):
             for tap in taps:
                 chunk = tap(chunk, turn_id)
             mark = None
@@ -196,3 +224,31 @@ def _tone(rate: int = 22050) -> NDArray[np.int16]:
     beep = (6000 * np.sin(2 * np.pi * 440 * t)).astype(np.int16)
     gap = np.zeros(int(0.15 * rate), np.int16)
     return np.concatenate((beep, gap, beep))
+
+
+ESCALATE = {
+    "negative_emotion": {
+        "en": "I'm sorry this has been so frustrating. Let me get a colleague for you right away.",
+        "zh": "非常抱歉让您不愉快了，我马上为您转接人工客服。",
+    },
+    "failed_answers": {
+        "en": "I'm sorry I couldn't help with that. Let me connect you with a colleague.",
+        "zh": "抱歉没能帮到您，我为您转接人工客服。",
+    },
+    "explicit_request": {
+        "en": "Of course. Let me connect you with a colleague.",
+        "zh": "好的，我为您转接人工客服。",
+    },
+}
+"""What the bot says when it escalates a call the caller did not ask to hand over."""
+
+
+async def _settled(task: asyncio.Task[CallerEmotion]) -> CallerEmotion | None:
+    """The emotion estimate, or None if it failed (a turn never fails on emotion)."""
+    try:
+        return await task
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        log.warning("emotion_failed", error=f"{type(exc).__name__}: {exc}")
+        return None

@@ -9,6 +9,7 @@ calls that need it get a spoken apology plus a transfer request instead of an an
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -19,6 +20,8 @@ import structlog
 
 from kefu.ai_bridge.dialog.llm import LlmClient, LlmConfig
 from kefu.ai_bridge.dialog.manager import DialogManager
+from kefu.ai_bridge.emotion.estimator import EmotionEstimator
+from kefu.ai_bridge.emotion.speech import OnnxSpeechEmotion
 from kefu.ai_bridge.listen.asr.base import AsrEngine
 from kefu.ai_bridge.listen.asr.language import LanguageRoutedAsr
 from kefu.ai_bridge.listen.asr.whisper import WhisperAsr, WhisperOptions
@@ -76,6 +79,7 @@ class AiServices:
         metrics: TurnMetrics | None = None,
         interaction_log: InteractionLog | None = None,
         errors: dict[str, str] | None = None,
+        emotion: EmotionEstimator | None = None,
     ) -> None:
         self.settings = settings or AiSettings()
         self.asr = asr
@@ -85,6 +89,12 @@ class AiServices:
         self.llm = llm
         self.metrics = metrics if metrics is not None else TurnMetrics()
         self.interaction_log = interaction_log
+        self.emotion = emotion
+        """The caller-emotion estimator (None: ``ai.emotion`` off)."""
+        self.emotion_executor = concurrent.futures.ThreadPoolExecutor(
+            1, thread_name_prefix="emotion"
+        )
+        """Where estimates run: one thread, beside the dialog's, never in its way."""
         self._errors = dict(errors or {})
         self._owned = False
 
@@ -146,11 +156,22 @@ class AiServices:
             await _prerender_own_phrases(voice, settings)
             return voice
 
-        asr, asr_zh, dialog, voice = await asyncio.gather(
+        def load_emotion() -> EmotionEstimator | None:
+            if not settings.emotion:
+                return None
+            speech = None
+            if settings.emotion_model_dir:
+                speech = OnnxSpeechEmotion(settings.emotion_model_dir)
+            estimator = EmotionEstimator(speech=speech)
+            estimator.load()  # a failure is kept in .error, shown on /readyz
+            return estimator
+
+        asr, asr_zh, dialog, voice, emotion = await asyncio.gather(
             guarded("asr", lambda: loop.run_in_executor(None, load_asr)),
             guarded("asr_zh", lambda: loop.run_in_executor(None, load_asr_zh)),
             guarded("dialog", lambda: loop.run_in_executor(None, load_dialog)),
             guarded("tts", load_voice),
+            guarded("emotion", lambda: loop.run_in_executor(None, load_emotion)),
         )
         ilog = None
         if settings.interaction_log:
@@ -170,6 +191,7 @@ class AiServices:
             metrics=TurnMetrics(registry),
             interaction_log=ilog,
             errors=errors,
+            emotion=emotion,
         )
         services._owned = True
         log.info("ai_services_started", **services.readiness())
@@ -190,6 +212,10 @@ class AiServices:
             return _part(self.voice, "tts")
         if name == "dialog":
             return _part(self.dialog, "dialog")
+        if name == "emotion":
+            if self.emotion is None:
+                return Part(False, "off (ai.emotion = false)")
+            return _part(self.emotion, "emotion")
         if name == "llm":
             if self.llm is None:
                 return Part(False, "not configured")
@@ -198,7 +224,8 @@ class AiServices:
 
     def readiness(self) -> dict[str, str]:
         """One status string per part, e.g. ``{"asr": "ready", "llm": "not configured"}``."""
-        return {n: self.part(n).status for n in ("asr", "tts", "dialog", "llm", "asr_zh")}
+        names = ("asr", "tts", "dialog", "llm", "asr_zh", "emotion")
+        return {n: self.part(n).status for n in names}
 
     @property
     def ready(self) -> bool:
@@ -254,6 +281,7 @@ class AiServices:
             close = getattr(engine, "close", None)
             if close is not None:
                 close()
+        self.emotion_executor.shutdown(wait=False, cancel_futures=True)
 
 
 async def _prerender_own_phrases(voice: Voice, settings: AiSettings) -> None:

@@ -70,6 +70,20 @@ class AiSettings:
     """DeepFilterNet3 on the caller's audio before ASR/recording."""
     echo_cancel: bool = False
     """speexdsp AEC on SIP legs using the bot's own audio as the far end."""
+    emotion: bool = True
+    """Estimate the caller's emotion each turn (words + voice), answer in a fitting tone and
+    escalate on sustained negative emotion or failed answers (docs/emotion.md)."""
+    escalate_negative_turns: int = 2
+    """Consecutive clearly negative turns that hand the call to a human (0: never)."""
+    escalate_negative_valence: float = 0.4
+    """A turn counts as negative when its valence is below minus this..."""
+    escalate_negative_confidence: float = 0.5
+    """...with at least this confidence."""
+    escalate_failed_answers: int = 2
+    """Answers in a row the knowledge base did not have that hand the call over (0: never)."""
+    emotion_model_dir: str | None = None
+    """An ONNX speech-emotion model (``model.onnx`` + ``labels.json``) to join words and
+    prosody; None: none ships, prosody only."""
     avatar: str = "weights"
     """The avatar of web rooms: "weights" sends its 52 ARKit blendshape weights at 30 fps on
     the room's ``kefu-avatar`` data channel (docs/avatar.md); "off" sends nothing. SIP calls

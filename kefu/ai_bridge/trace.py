@@ -47,6 +47,30 @@ _BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.7, 1.0, 1.5, 2.0, 3.0
 
 
 @dataclass(frozen=True, slots=True)
+class EmotionReading:
+    """The caller's emotion in one turn, as the trace and the interaction log carry it."""
+
+    label: str
+    """neutral, happy, sad, angry, fearful or surprised."""
+    valence: float
+    """-1 (negative) .. 1 (positive)."""
+    arousal: float
+    """-1 (calm, quiet) .. 1 (agitated, loud)."""
+    confidence: float
+    """0..1; 0 when nothing could be estimated."""
+
+    @classmethod
+    def of(cls, emotion: Any) -> EmotionReading:
+        """From a :class:`kefu.ai_bridge.emotion.CallerEmotion`."""
+        return cls(
+            emotion.label,
+            round(emotion.valence, 3),
+            round(emotion.arousal, 3),
+            round(emotion.confidence, 3),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class TurnTrace:
     """Latency marks and content of one caller turn (times are ``loop.time()`` seconds)."""
 
@@ -82,6 +106,13 @@ class TurnTrace:
     """Engine time of the decode that produced the transcript."""
     speculative: bool = False
     """The transcript came from a decode started before the end of turn."""
+    caller_emotion: EmotionReading | None = None
+    """How the caller sounded in this turn (None: emotion off or not estimated)."""
+    reply_emotion: str = "neutral"
+    """The emotion the answer was spoken with."""
+    escalation: str = ""
+    """Why this turn handed the call to a human (``negative_emotion``, ``failed_answers``,
+    ``explicit_request``), "" when it did not."""
 
     def stage(self, name: str) -> float | None:
         """Seconds spent in a stage of :data:`STAGES`, or None if a mark is missing."""
@@ -235,12 +266,15 @@ class _Marks:
         "answer_chosen",
         "answer_text",
         "asr_final",
+        "caller_emotion",
         "decode_ms",
         "end_of_turn",
+        "escalation",
         "first_packet",
         "first_tts_audio",
         "intent",
         "lang",
+        "reply_emotion",
         "source",
         "speculative",
         "speech_end",
@@ -261,6 +295,9 @@ class _Marks:
         self.lang = "en"
         self.decode_ms = 0.0
         self.speculative = False
+        self.caller_emotion: EmotionReading | None = None
+        self.reply_emotion = "neutral"
+        self.escalation = ""
 
 
 class TurnTracer:
@@ -319,6 +356,9 @@ class TurnTracer:
             m.lang,
             m.decode_ms,
             m.speculative,
+            m.caller_emotion,
+            m.reply_emotion,
+            m.escalation,
         )
         self.traces.append(trace)
         stages = trace.stages_ms()

@@ -93,6 +93,47 @@ _COMPLAINT = re.compile(
     r"又|还没|还是没|没收到|丢了|坏了|扣了|没人|闪退|不能用|用不了|等了|错了|重启|停机|没到",
     re.IGNORECASE,
 )
+# A caller who names their feeling ("I'm so angry", "我真的很担心") means it; embeddings of a
+# long question let the question drown the feeling out. Negated ("not angry", "不生气") and
+# second-person ("don't be upset") forms do not count.
+_STATED_EN = re.compile(
+    r"\b(?:i am|i'?m|im|i feel|i'?m feeling|i am feeling|i'?m getting|i get|makes me|"
+    r"making me|i'?ve been)\s+(?:(?:so|really|very|extremely|absolutely|pretty|getting|"
+    r"quite|totally|incredibly|just)\s+)*"
+    r"(angry|furious|mad|livid|pissed(?: off)?|annoyed|irritated|fed up|frustrated|upset|"
+    r"worried|scared|afraid|anxious|nervous|panicking|sad|disappointed|heartbroken|"
+    r"devastated|happy|delighted|thrilled|glad)\b",
+    re.IGNORECASE,
+)
+_STATED_ZH = re.compile(
+    r"(?<![不别没])(生气|气死|火大|愤怒|恼火|烦死|气炸|受够了|担心|害怕|着急|焦虑|"
+    r"难过|伤心|失望|郁闷|开心|高兴)"
+)
+_STATED_LABEL = {
+    **dict.fromkeys(
+        "angry furious mad livid pissed annoyed irritated fed frustrated upset "
+        "生气 气死 火大 愤怒 恼火 烦死 气炸 受够了".split(),
+        "angry",
+    ),
+    **dict.fromkeys(
+        "worried scared afraid anxious nervous panicking 担心 害怕 着急 焦虑".split(), "fearful"
+    ),
+    **dict.fromkeys("sad disappointed heartbroken devastated 难过 伤心 失望 郁闷".split(), "sad"),
+    **dict.fromkeys("happy delighted thrilled glad 开心 高兴".split(), "happy"),
+}
+_STATED_NOT = re.compile(r"\b(?:not|never|n't)\s+(?:\w+\s+)?$", re.IGNORECASE)
+
+
+def stated_feeling(text: str) -> str:
+    """The emotion the caller names ("I'm so angry" → angry), or "" (none, or negated)."""
+    for m in (*_STATED_EN.finditer(text), *_STATED_ZH.finditer(text)):
+        if _STATED_NOT.search(text[: m.start(1)]):
+            continue
+        word = m.group(1).lower().split()[0]
+        return _STATED_LABEL.get(word, "")
+    return ""
+
+
 _RESOLVED = re.compile(
     r"\b(?:found|fixed|solved|resolved|sorted|arrived|works? now|working now|back on|"
     r"that works|it works|that helps)\b|"
@@ -124,6 +165,8 @@ class Cues:
     """A word of resolution ("fixed", "found", "works now", "解决了", "到了")."""
     complaint: bool = False
     """A complaint word ("again", "lost", "又", "没收到") and no word of resolution."""
+    stated: str = ""
+    """The feeling the caller names ("I'm so angry", "我很担心"), "" when none."""
 
     def names(self) -> tuple[str, ...]:
         """The names of the cues that fired, for logs and :class:`CallerEmotion.cues`."""
@@ -136,6 +179,8 @@ class Cues:
             out.append("profanity")
         if self.sarcasm:
             out.append("sarcasm")
+        if self.stated:
+            out.append(f"stated:{self.stated}")
         return tuple(out)
 
 
@@ -162,4 +207,5 @@ def find_cues(text: str) -> Cues:
         praise_opener=opener and not _THANKS.search(text),
         resolved=resolved,
         complaint=complaint,
+        stated=stated_feeling(text),
     )

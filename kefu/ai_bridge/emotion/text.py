@@ -46,6 +46,8 @@ _NEGATED_POSITIVE = 2.5
 _NEGATED_NEGATIVE = 1.5
 """Taken from sad, angry and fearful; a third of it is given to neutral."""
 _SARCASM_MARGIN = 1.0
+_STATED_MARGIN = 1.5
+"""How far a named feeling ("I'm so angry") puts its class ahead of the embedding's best."""
 """Sarcasm puts angry this far above the best other label and happy 3 below it."""
 _INTENSITY_SHARPEN = 0.25
 """Per intensifier (at most three count): logits are stretched by 1 + this."""
@@ -226,6 +228,9 @@ def apply_cues(
         others = np.delete(z, a)
         z[a] = max(z[a], float(others.max()) + _SARCASM_MARGIN)
         z[h] = min(z[h], z[a] - 3.0)
+    if cues.stated and not sarcasm:
+        k = _I[cues.stated]
+        z[k] = max(z[k], float(np.delete(z, k).max()) + _STATED_MARGIN)
     if cues.intensity:
         z = z.mean() + (z - z.mean()) * (1.0 + _INTENSITY_SHARPEN * min(cues.intensity, 3))
     if sarcasm != cues.sarcasm:

@@ -26,7 +26,7 @@ import functools
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -99,6 +99,8 @@ class EndOfTurn:
     """Backchannel-length voice ("uh-huh", "嗯"): do not treat as barge-in."""
     reason: str = "silence"
     """``silence``, ``semantic`` or ``max_length``."""
+    audio: NDArray[np.int16] | None = field(default=None, repr=False, compare=False)
+    """The turn's voice (16 kHz), for what else listens to it (the caller's emotion)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,7 +282,7 @@ class Listener:
             self._spec = None
 
     def _end_turn(self, ev: TurnEnded) -> None:
-        self._emit(EndOfTurn(ev.turn_id, ev.at, ev.speech_end_at, ev.short, ev.reason))
+        self._emit(EndOfTurn(ev.turn_id, ev.at, ev.speech_end_at, ev.short, ev.reason, ev.audio))
         self._push_partial_audio(ev.turn_id, None)
         spec = self._spec
         self._spec = None
