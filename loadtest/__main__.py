@@ -104,7 +104,11 @@ def main(argv: list[str] | None = None) -> int:
         sub.add_parser("flood", help="INVITE/garbage floods: legit calls and OPTIONS answered")
     )
 
-    from loadtest import understanding
+    from loadtest import mandarin_eval, understanding
+
+    mandarin_eval.add_arguments(
+        sub.add_parser("mandarin", help="Mandarin CER, answers and language ID (G.711)")
+    )
 
     understanding.add_arguments(
         sub.add_parser("understanding", help="dialog answers on spoken-style caller utterances")
@@ -141,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         return avatar_sync.main(args)
     if args.command == "understanding":
         return understanding.main(args)
+    if args.command == "mandarin":
+        return mandarin_eval.main(args)
     if args.command == "webrtc":
         return webrtc.main(args)
     if args.command == "agent":

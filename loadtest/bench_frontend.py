@@ -51,19 +51,12 @@ def _mix(clean: np.ndarray, noise: np.ndarray, snr_db: float) -> np.ndarray:
     return np.clip(clean + scaled, -32768, 32767).astype(np.int16)
 
 
-def _g711(pcm16k: np.ndarray) -> np.ndarray:
-    from kefu.codecs.g711 import ulaw_decode, ulaw_encode
-    from kefu.codecs.resample import resample
-
-    return ulaw_decode(ulaw_encode(resample(pcm16k, 16000, 8000)))
-
-
 def wer_table(
     n: int, conditions: list[tuple[str, float | None]] | None = None
 ) -> list[dict[str, Any]]:
     from kefu.ai_bridge.frontend.denoise import denoise_buffer
     from kefu.ai_bridge.listen.asr.whisper import WhisperAsr
-    from kefu.ai_bridge.listen.heldout import wer
+    from kefu.ai_bridge.listen.heldout import phone_8k, wer
     from kefu.codecs.resample import resample
 
     refs, clean, _ = _items(n)
@@ -87,7 +80,7 @@ def wer_table(
             noisy = clean
         else:
             noisy = [_mix(c, _noise(kind, i, len(c), clean, rng), snr) for i, c in enumerate(clean)]
-        tel = [_g711(x) for x in noisy]
+        tel = [phone_8k(x) for x in noisy]
         row = {
             "noise": kind,
             "snr_db": snr,

@@ -248,9 +248,11 @@ def run_sip(
     concurrency: int = 1,
     scenario: str | Path = "uac_echo",
     variables: dict[str, object] | None = None,
+    service: str | None = None,
 ) -> list[Heard]:
     """One SIPp call per script against ``HOST:PORT``, ``concurrency`` at a time, all under
-    one tshark capture; returns what each call sent and heard on the wire."""
+    one tshark capture; returns what each call sent and heard on the wire. ``service`` is the
+    called number (the Request-URI's user; SIPp's default is ``service``)."""
     from loadtest.peers import TsharkCapture, run_sipp, sipp_media_port, take_ports
     from loadtest.rtpcap import find_stream, rtp_streams
 
@@ -273,6 +275,7 @@ def run_sip(
             keys={"pcap": pcaps[i]},
             variables={**extra_vars, **(variables or {})},
             timeout=scripts[i].seconds + 25,
+            extra=("-s", service) if service else (),
         )
 
     capture_path = workdir / "capture.pcap"

