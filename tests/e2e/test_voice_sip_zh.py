@@ -135,7 +135,11 @@ def test_an_angry_caller_is_offered_a_human_and_a_calm_one_is_not(
         lead_s=7.0,
         gap_s=9.0,
     )
-    heard = run_sip(kefu_zh.sip, [angry, calm], tmp_path, concurrency=2)
+    # The upset caller is transferred: uac_dtmf_refer accepts kefu's REFER (as a trunk would).
+    heard = [
+        *run_sip(kefu_zh.sip, [angry], tmp_path / "angry", scenario="uac_dtmf_refer"),
+        *run_sip(kefu_zh.sip, [calm], tmp_path / "calm"),
+    ]
     assert all(h.ok for h in heard), [h.error for h in heard]
     by_text = {str(t.get("transcript", "")).lower(): t for t in traces(kefu_zh)}
     upset = [t for k, t in by_text.items() if "angry" in k or "ridiculous" in k]
