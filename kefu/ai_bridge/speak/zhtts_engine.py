@@ -154,6 +154,14 @@ class ZhttsEngine(ClauseEngine[ZhttsStyle]):
             ids = [self._processor.symbol_to_id[s] for s in symbols] + [self._processor.eos_id]
             mel, durations = self._text_to_mel(ids, style)
             wave = self._mel_to_audio(mel)
+            if abs(style.f0 - 1.0) > 1e-3:
+                # The model's own f0 control moves the pitch only ~1/4 of the ratio asked
+                # (measured), so pitch is shifted by resampling, as for piper: played at the
+                # same rate, audio resampled from sr*f0 to sr sounds f0 higher (and 1/f0
+                # shorter, which _text_to_mel pre-stretched).
+                import soxr
+
+                wave = soxr.resample(wave, SAMPLE_RATE * style.f0, SAMPLE_RATE, quality="MQ")
         peak = float(np.max(np.abs(wave))) if wave.size else 0.0
         if peak > 0:
             wave = wave * (_PEAK * style.gain / peak)
@@ -175,8 +183,9 @@ class ZhttsEngine(ClauseEngine[ZhttsStyle]):
         values = (
             np.array([ids], np.int32),
             np.array([0], np.int32),  # speaker
-            np.array([1.0 / style.speed], np.float32),  # the model's ratio scales durations
-            np.array([style.f0], np.float32),
+            # The model's ratio scales durations; the pitch shift will shorten them by f0.
+            np.array([style.f0 / style.speed], np.float32),
+            np.array([1.0], np.float32),
             np.array([style.energy], np.float32),
         )
         for detail, value in zip(inputs, values, strict=True):

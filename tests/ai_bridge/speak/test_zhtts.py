@@ -40,9 +40,13 @@ async def _chunks(engine: ZhttsEngine, text: str, emotion: str = "neutral") -> l
 
 
 def _hear(asr: MultilingualWhisperAsr, chunks: list[TtsChunk]) -> str:
+    """Utterance by utterance, as kefu's own listener segments a caller (Whisper base stops
+    early on a long recording with pauses)."""
+    from helpers.speech import heard_text
+
     pcm = np.concatenate([c.pcm for c in chunks]).astype(np.float32)
     pcm16 = resample(pcm, chunks[0].sample_rate, 16000).astype(np.int16)
-    return asr.transcribe_sync(pcm16, "zh").text
+    return heard_text(asr, pcm16, 16000)
 
 
 async def test_a_reply_streams_clause_by_clause_and_is_understood(engine, asr) -> None:
