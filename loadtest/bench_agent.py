@@ -1,7 +1,9 @@
 """Voice-loop latency through CallAgent with the real models, in process.
 
 Run with ``python3 -m pytest loadtest/bench_agent.py --benchmark-enable -s`` (or as a script).
-Spoken questions (piper) go in as 8 kHz frames in real time, as from a G.711 leg; the bot's
+As a script: ``python -m loadtest.bench_agent [--lang en|zh] [--emotion on|off]``. Spoken
+questions (piper; Mandarin: Kokoro, loadtest/mandarin_voice.py) go in as 8 kHz frames in real
+time, as from a G.711 leg; the bot's
 outbound track is pulled at real time by a fake sender. Each turn's TurnTrace gives the
 response latency (caller's speech end → first outbound frame) and the per-stage breakdown;
 p50/p95 over ≥ 20 turns are printed and stored in the benchmark's extra_info.
@@ -42,6 +44,28 @@ QUESTIONS = (
     "How do I delete my account?",
     "Can I exchange an item for a different size?",
 )
+QUESTIONS_ZH = (
+    "你们门店几点开门？",
+    "退款多久能到账？",
+    "可以用支付宝付款吗？",
+    "我的快递到哪里了？",
+    "送货一般要几天？",
+    "运费怎么算？",
+    "怎么退货？",
+    "可以换货吗？",
+    "怎么修改收货地址？",
+    "忘记密码了怎么办？",
+    "门店可以停车吗？",
+    "保修多久？",
+    "可以分期付款吗？",
+    "节假日营业吗？",
+    "可以到店自提吗？",
+    "我被重复扣款了。",
+    "我的账号被锁定了。",
+    "周末送货吗？",
+    "怎么注销账号？",
+    "收不到验证码怎么办？",
+)
 TURNS_PER_CALL = 4
 
 
@@ -62,7 +86,7 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[idx]
 
 
-async def run_turns() -> dict[str, Any]:
+async def run_turns(lang: str = "en", emotion: bool = True) -> dict[str, Any]:
     from prometheus_client import CollectorRegistry
 
     from kefu.ai_bridge.agent import CallAgent, Utterance
@@ -71,23 +95,31 @@ async def run_turns() -> dict[str, Any]:
     from kefu.ai_bridge.trace import TurnTrace
 
     h = _harness()
-    voice = piper_voice()
-    audio = {q: speak(voice, q, noise_scale=0.5) for q in QUESTIONS}
+    questions = QUESTIONS if lang == "en" else QUESTIONS_ZH
+    if lang == "en":
+        voice = piper_voice()
+        audio = {q: speak(voice, q, noise_scale=0.5) for q in questions}
+    else:
+        from loadtest.mandarin_voice import speak_zh
+
+        audio = {q: speak_zh(q) for q in questions}
     services = await AiServices.start(
-        AiSettings(cache_dir=tempfile.mkdtemp(prefix="kefu-bench-")),
+        AiSettings(
+            language=lang, emotion=emotion, cache_dir=tempfile.mkdtemp(prefix="kefu-bench-")
+        ),
         registry=CollectorRegistry(),
     )
     assert services.ready, services.readiness()
     traces: list[TurnTrace] = []
     try:
-        for start in range(0, len(QUESTIONS), TURNS_PER_CALL):
+        for start in range(0, len(questions), TURNS_PER_CALL):
             caller, bus = h.FakeCaller(), h.Bus()
             agent = CallAgent(services, f"bench-{start}", caller, publish=bus, paced_output=False)
             sender = h.FakeSender(agent.outbound)
             await agent.start()
             sender.start()
             try:
-                for turn, q in enumerate(QUESTIONS[start : start + TURNS_PER_CALL], 1):
+                for turn, q in enumerate(questions[start : start + TURNS_PER_CALL], 1):
                     await sender.fast_forward(agent)
                     caller.say(audio[q])
                     await bus.wait(
@@ -117,6 +149,7 @@ def summarize(traces: list[Any]) -> dict[str, Any]:
                 "max_ms": round(max(values), 1),
             }
     out["sources"] = sorted({t.source for t in traces})
+    out["kb_answers"] = sum(t.source == "kb" for t in traces)
     out["speculative_share"] = round(sum(t.speculative for t in traces) / len(traces), 2)
     return out
 
@@ -143,4 +176,17 @@ def test_agent_response_latency(benchmark: Any) -> None:
 
 
 if __name__ == "__main__":
-    report(asyncio.run(run_turns()))
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lang", default="en", choices=("en", "zh"))
+    parser.add_argument("--emotion", default="on", choices=("on", "off"))
+    parser.add_argument("--json", dest="json_out")
+    args = parser.parse_args()
+    result = asyncio.run(run_turns(args.lang, args.emotion == "on"))
+    report(result)
+    print(f"  answered from the KB: {result['kb_answers']} of {result['turns']}")
+    if args.json_out:
+        import json
+
+        Path(args.json_out).write_text(json.dumps(result, indent=2))
