@@ -148,3 +148,63 @@ def test_browser_customer_hears_the_bot_answer_and_sees_its_text(tmp_path: Path)
     traces = [e for e in mine if e["type"] == "turn.trace" and e["turn_id"] == turn]
     assert traces and traces[0]["stages_ms"]["response"] is not None, kinds
     assert mine.index(asked[0]) < mine.index(told[0]) < mine.index(traces[0]), kinds
+
+
+# -- a Mandarin web caller -------------------------------------------------------------------
+
+QUESTION_ZH = "我退货好几天了，钱什么时候能退回来啊？"
+
+
+def question_wav_zh(path: Path) -> Path:
+    import soxr
+
+    from loadtest.mandarin_voice import speak_zh
+
+    pcm = soxr.resample(speak_zh(QUESTION_ZH), 16000, 48000).astype(np.int16)
+    silence = np.zeros(48000 * 5, np.int16)
+    write_wav(path, np.concatenate([silence, pcm, np.zeros(48000 * 16, np.int16)]), 48000)
+    return path
+
+
+@pytest.mark.timeout(420)
+def test_a_mandarin_web_caller_is_answered_in_mandarin(tmp_path: Path) -> None:
+    """A room whose id says Mandarin (``ai.language_by_room``): the caller asks in Mandarin
+    (a voice that is not kefu's), the page plays the Chinese knowledge-base answer."""
+    require_chromium()
+    from kefu.ai_bridge.listen.asr.whisper_multi import MultilingualWhisperAsr
+
+    wav = question_wav_zh(tmp_path / "question-zh.wav")
+    env, secret = kefu_env(
+        tmp_path,
+        KEFU_CALLS_MEDIA_MODE="ai",
+        KEFU_AI_LANGUAGE="en",
+        KEFU_AI_LANGUAGE_BY_ROOM="cn-:zh",
+        KEFU_WEBRTC_ROOM_WORKERS="1",
+    )
+    kefu = start_kefu(tmp_path, env=env)
+    try:
+        room = f"cn-{secrets.token_hex(3)}"
+        url = page_url(kefu.http, token=token(secret, room), room=room)
+        result = run_driver(
+            tmp_path,
+            [{"url": url, "wav": str(wav)}],
+            holdMs=18000,
+            timeoutMs=15000,
+            timeout_s=120,
+            record=True,
+        )
+    finally:
+        kefu.stop()
+    caller = result["callers"][0]
+    assert caller["state"] == "in-call", caller
+    bot_lines = [
+        str(e.get("text", ""))
+        for e in caller["events"]
+        if e.get("speaker") == "bot" and int(e.get("turn_id") or 0) > 0
+    ]
+    assert any("工作日" in line for line in bot_lines), caller["events"]
+    said = [str(e.get("text", "")) for e in caller["events"] if e.get("speaker") == "caller"]
+    assert any("退" in s for s in said), said
+    asr = MultilingualWhisperAsr()
+    played = [heard_text(asr, pcm, 48000) for pcm in heard(caller)]
+    assert any("工作日" in text or "退款" in text for text in played), played
