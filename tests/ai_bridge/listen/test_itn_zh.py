@@ -6,6 +6,7 @@ from pathlib import Path
 
 import cn2an
 import pytest
+from helpers.golden import read_pairs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -15,16 +16,7 @@ from kefu.ai_bridge.listen.itn_zh_rules import money_text, parse_cardinal, parse
 GOLDEN = Path(__file__).parent / "golden" / "itn_zh.tsv"
 
 
-def _golden() -> list[tuple[str, str]]:
-    rows = []
-    for line in GOLDEN.read_text(encoding="utf-8").splitlines():
-        if line.strip() and not line.startswith("#"):
-            source, expected = line.split("\t")
-            rows.append((source, expected))
-    return rows
-
-
-GOLDEN_ROWS = _golden()
+GOLDEN_ROWS = read_pairs(GOLDEN)
 
 
 def test_golden_file_is_large_enough() -> None:
