@@ -59,7 +59,10 @@ async def test_a_reply_streams_clause_by_clause_and_is_understood(engine, asr) -
 
 async def test_numbers_are_normalised_before_the_voice(engine, asr) -> None:
     chunks = await _chunks(engine, "退款会在3个工作日内到账。")
-    assert "三个工作日" in _hear(asr, chunks).replace("3个", "三个")
+    heard = _hear(asr, chunks)
+    # The digit was read as a Mandarin numeral (ITN may write it back as a digit); one
+    # misheard character elsewhere ("工作宜") is Whisper's, not the normaliser's.
+    assert "三个" in heard.replace("3个", "三个"), heard
 
 
 async def test_phoneme_marks_cover_the_audio_contiguously(engine) -> None:
