@@ -111,6 +111,7 @@ async def run_turns(lang: str = "en", emotion: bool = True) -> dict[str, Any]:
     )
     assert services.ready, services.readiness()
     traces: list[TurnTrace] = []
+    unanswered: list[str] = []
     try:
         for start in range(0, len(questions), TURNS_PER_CALL):
             caller, bus = h.FakeCaller(), h.Bus()
@@ -122,9 +123,13 @@ async def run_turns(lang: str = "en", emotion: bool = True) -> dict[str, Any]:
                 for turn, q in enumerate(questions[start : start + TURNS_PER_CALL], 1):
                     await sender.fast_forward(agent)
                     caller.say(audio[q])
-                    await bus.wait(
-                        Utterance, lambda e, t=turn: e.speaker == "bot" and e.turn_id == t, 30
-                    )
+                    try:
+                        await bus.wait(
+                            Utterance, lambda e, t=turn: e.speaker == "bot" and e.turn_id == t, 30
+                        )
+                    except TimeoutError:  # heard as nothing (empty transcript): no answer
+                        unanswered.append(q)
+                        continue
                     await sender.fast_forward(agent)
                     trace = await bus.wait(TurnTrace, lambda e, t=turn: e.turn_id == t, 10)
                     traces.append(trace)
@@ -134,7 +139,7 @@ async def run_turns(lang: str = "en", emotion: bool = True) -> dict[str, Any]:
                 caller.stop()
     finally:
         await services.close()
-    return summarize(traces)
+    return {**summarize(traces), "unanswered": unanswered}
 
 
 def summarize(traces: list[Any]) -> dict[str, Any]:
