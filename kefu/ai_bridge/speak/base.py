@@ -261,6 +261,10 @@ class ClauseEngine(ABC, Generic[StyleT]):
                 jobs.append(partial(silence_chunk, seg.pause_ms, self.sample_rate))
         return jobs
 
+    def close(self) -> None:
+        """Stop the worker thread; clause jobs not yet started are cancelled."""
+        self.worker.shutdown(wait=False, cancel_futures=True)
+
     async def synthesize(
         self, text: str, *, emotion: str = "neutral", rate: float = 1.0
     ) -> AsyncIterator[TtsChunk]:

@@ -209,6 +209,3 @@ class PiperEngine(ClauseEngine[PiperStyle]):
     def style(self, segment: Segment) -> PiperStyle:
         s = segment
         return piper_style(s.emotion, rate=s.rate, pitch=s.pitch, volume=s.volume)
-
-    def close(self) -> None:
-        self.executor.shutdown(wait=False, cancel_futures=True)

