@@ -106,3 +106,12 @@ class InvalidTransition(LocalError):
 
 class ResourceExhausted(LocalError):
     """A bounded resource (RTP ports, call slots) is used up."""
+
+
+class StateUnavailable(LocalError):
+    """The shared state (Redis at ``state.redis_url``) cannot be reached; ``url`` names it
+    (without its password)."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        super().__init__(f"cannot reach Redis at {url}: {reason}")
+        self.url = url

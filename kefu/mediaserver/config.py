@@ -20,6 +20,7 @@ from typing import Any
 
 from kefu.ai_bridge.listen.asr.language import LANGUAGE_MODES, check_language_map
 from kefu.ai_bridge.settings import AiSettings
+from kefu.cluster.settings import ClusterConfig, StateConfig, check_cluster
 from kefu.errors import ConfigError
 from kefu.rtp.session import LATCHING_MODES, Latching
 from kefu.signaling.api_access import TransferAllowList
@@ -214,6 +215,8 @@ class Config:
     ai: AiSettings = field(default_factory=AiSettings)
     log: LogConfig = field(default_factory=LogConfig)
     privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
+    state: StateConfig = field(default_factory=StateConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
 
     @property
     def state_path(self) -> Path:
@@ -381,6 +384,9 @@ def _validate(config: Config) -> Config:
         TransferAllowList(config.calls.transfer_allow)
     except ValueError as exc:
         raise ConfigError(f"calls.transfer_allow: {exc}", key="calls.transfer_allow") from None
+    cluster_problem = check_cluster(config.state, config.cluster)
+    if cluster_problem is not None:
+        raise ConfigError(cluster_problem[1], key=cluster_problem[0])
     if config.calls.prompt_wav and not Path(config.calls.prompt_wav).is_file():
         raise ConfigError(
             f"calls.prompt_wav: no such file {config.calls.prompt_wav!r}", key="calls.prompt_wav"

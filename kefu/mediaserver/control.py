@@ -60,6 +60,10 @@ class CallControl:
             detail["ai"] = s.media.ai.readiness()
             # A broken model does not stop kefu: calls get an apology and a transfer.
             detail["ai_ready"] = s.media.ai.ready
+        if s.cluster is not None:
+            # Redis lost: calls go on from local state; the node says so but stays ready.
+            detail["cluster"] = s.cluster.describe()
+            detail["degraded"] = not s.cluster.link.up
         return ok, detail
 
     def metrics_text(self) -> bytes:
@@ -88,7 +92,9 @@ class CallControl:
         """Agents and supervisors with a workbench open (reading ``/api/events``) here, or,
         in a room worker, at its front."""
         here = self.events.agents_online() if self.events is not None else 0
-        return here + self.front_agents
+        cluster = self.server.cluster
+        elsewhere = cluster.agents_online() if cluster is not None else 0
+        return here + self.front_agents + elsewhere
 
     @property
     def _link(self) -> WorkerLink:

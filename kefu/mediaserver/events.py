@@ -112,11 +112,14 @@ class CallEnded(CallEvent):
 
 @dataclass(frozen=True, slots=True)
 class RelayedEvent(CallEvent):
-    """An event of a call a room worker hosts, in the JSON form the worker wrote
-    (:mod:`kefu.mediaserver.worker_link`): the front's readers get it as it was; the front's
-    sinks (metrics, interaction log) skip it, the worker's own already counted it."""
+    """An event of a call a room worker or another node hosts, in the JSON form it was
+    written (:mod:`kefu.mediaserver.worker_link`, :mod:`kefu.cluster.events_bridge`): this
+    front's readers get it as it was; its sinks (metrics, interaction log) skip it, the
+    process hosting the call already counted it."""
 
     body: dict[str, Any]
+    node: str = ""
+    """The node it came from; empty: this node (one of its room workers)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import structlog
 from aiohttp import web
 
+from kefu.cluster.front import start_cluster_front, wire_cluster
 from kefu.mediaserver.agent_room import AGENT_ROOM_PREFIX
 from kefu.mediaserver.room_workers import RoomWorkers
 from kefu.mediaserver.worker_link import WorkerLink
@@ -47,8 +48,16 @@ async def start_front(server: KefuServer) -> None:
             resume_grace_s=server.signaling.settings.resume_grace_s + 5.0,
         )
         server.relay = ShardRelay(router, workers.socket_for, workers.key, read_limit=READ_LIMIT)
+    elif server.cluster is not None:
+        # One process, but sockets may still be relayed to other nodes.
+        router = ShardRouter(1, resume_grace_s=server.signaling.settings.resume_grace_s + 5.0)
+        server.relay = ShardRelay(router, lambda _: None, "", read_limit=READ_LIMIT)
     app = server.control.http_app()
-    add_signaling_routes(app, server.signaling, relay=server.relay)
+    routing = None
+    if server.cluster is not None:
+        assert server.relay is not None
+        routing = wire_cluster(server, app, server.relay)
+    add_signaling_routes(app, server.signaling, relay=server.relay, cluster=routing)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     server.http = runner
     await runner.setup()
@@ -56,6 +65,8 @@ async def start_front(server: KefuServer) -> None:
     await site.start()
     host, port = runner.addresses[0][:2]
     server.http_address = (host, port)
+    if server.cluster is not None:
+        await start_cluster_front(server, f"http://{host}:{port}")
     server.spawn(server.metrics.watch_loop_lag(), "loop-lag")
     server.spawn(server.sweep_rooms(), "room-sweep")
     log.info(

@@ -20,6 +20,7 @@ import structlog
 from aiortc.mediastreams import MediaStreamTrack
 
 from kefu.ai_bridge.agent import CallAgent, HandoffRequested
+from kefu.ai_bridge.dialog.state import SessionStore
 from kefu.ai_bridge.listen.asr.language import call_language
 from kefu.ai_bridge.services import AiServices
 from kefu.ai_bridge.settings import AiSettings
@@ -58,6 +59,9 @@ class MediaModes:
         self.ai: AiServices | None = None
         self.recordings: RecordingWriter | None = None
         """Records every call it starts (``calls.record``; set by the server)."""
+        self.session_store: SessionStore | None = None
+        """Where the dialog keeps its per-call state (None: in memory; a cluster replicates
+        it to Redis)."""
         self.prompt = None
         if config.calls.media_mode == "prompt" and config.calls.prompt_wav:
             self.prompt = load_wav(config.calls.prompt_wav)
@@ -67,6 +71,8 @@ class MediaModes:
     async def load_ai(self) -> None:
         t0 = time.monotonic()
         ai = await AiServices.start(self._ai_settings(), registry=self.metrics.registry)
+        if self.session_store is not None and ai.dialog is not None:
+            ai.dialog.store = self.session_store
         self.ai = ai
         for reader in ai.event_readers():
             self.bus.attach(reader)

@@ -31,6 +31,7 @@ from aiohttp import web
 
 from kefu.ai_bridge.events import HandoffRequested
 from kefu.ai_bridge.services import AiServices
+from kefu.cluster.node import ClusterNode, NodeLoad
 from kefu.mediaserver.agent_queue import AgentQueue, tell_caller_no_agent
 from kefu.mediaserver.agent_queue import Call as QueuedCall
 from kefu.mediaserver.bus import EventBus
@@ -142,6 +143,17 @@ class KefuServer:
         )
         self.bus.attach(self.agent_queue.read)
         self.bus.attach(self._room_handoff)
+        self.cluster: ClusterNode | None = None
+        """This node's part in a cluster (``state.redis_url`` set); a worker only replicates
+        its dialog state."""
+        if config.state.redis_url:
+            self.cluster = ClusterNode(
+                config.state,
+                config.cluster,
+                bus=self.bus if worker is None else None,
+                load=self._node_load,
+            )
+            self.media.session_store = self.cluster.store
         self.recordings: RecordingWriter | None = None
         if config.calls.record and worker is None:
             key = config.privacy.key_file
@@ -195,6 +207,18 @@ class KefuServer:
             if room_call is not None and room_call.state is CallState.AI_ACTIVE:
                 self.agent_queue.request(room_call, event.reason)
 
+    def _node_load(self) -> NodeLoad:
+        """What this node's heartbeat reports (kefu.cluster)."""
+        events = self.control.events
+        return NodeLoad(
+            calls=len(self.calls) + len(self.rooms.calls),
+            rooms=self.control.sfu_stats().get("rooms", 0),
+            max_calls=self.config.calls.max_concurrent,
+            max_rooms=self.config.webrtc.max_rooms,
+            agents=events.agents_online() if events is not None else 0,
+            draining=self.draining,
+        )
+
     def _no_agent(self, call: QueuedCall) -> None:
         """Nobody can take ``call``: a phone call goes to the queue's SIP target, a web
         caller is told the AI stays with them."""
@@ -206,12 +230,17 @@ class KefuServer:
     # --- life cycle --------------------------------------------------------------------------
 
     async def start(self) -> None:
+        if self.cluster is not None:
+            # Before anything binds: a Redis that is required and absent stops the start.
+            await self.cluster.connect()
         if self.config.calls.media_mode == "ai":
             # Models take seconds to load: serve SIP and HTTP meanwhile, answering INVITEs
             # with 503 + Retry-After and /readyz with 503 until they are in.
             self.spawn(self.media.load_ai(), "ai-load")
         if self.worker is not None:
             await start_room_worker(self, self.worker)
+            if self.cluster is not None:
+                await self.cluster.start()
         else:
             await start_front(self)
         if self.recordings is not None:
@@ -241,6 +270,8 @@ class KefuServer:
             await asyncio.wait_for(self._idle.wait(), 2.0)
 
     async def stop(self) -> None:
+        if self.cluster is not None:
+            await self.cluster.stop()
         await self.lifecycle.end_all("shutdown")
         if self.recordings is not None:
             await asyncio.to_thread(self.recordings.close)

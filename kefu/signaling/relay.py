@@ -11,6 +11,10 @@ worker's own UDP ports.
 The worker trusts the client address the front puts in ``X-Kefu-Client-Ip`` only when
 ``X-Kefu-Relay-Key`` carries the secret shared at spawn, so per-IP limits still see
 the real caller.
+
+In a cluster (:mod:`kefu.cluster.routing`) the same relay carries a socket to another node
+(a ``str`` target: that node's base URL) over TCP, with the cluster's key and
+``X-Kefu-Cluster-Hop`` naming this node; the node receiving it serves it itself.
 """
 
 from __future__ import annotations
@@ -29,16 +33,27 @@ from kefu.signaling import protocol as p
 from kefu.signaling.errors import CLOSE_GOING_AWAY
 from kefu.signaling.shards import ShardRouter
 
-__all__ = ["CLIENT_IP_HEADER", "CLOSE_TRY_AGAIN", "RELAY_KEY_HEADER", "ShardRelay"]
+__all__ = [
+    "CLIENT_IP_HEADER",
+    "CLOSE_TRY_AGAIN",
+    "HOP_HEADER",
+    "RELAY_KEY_HEADER",
+    "ShardRelay",
+    "Target",
+]
 
 log = structlog.get_logger("kefu.signaling.relay")
 
 CLIENT_IP_HEADER = "X-Kefu-Client-Ip"
 RELAY_KEY_HEADER = "X-Kefu-Relay-Key"
+HOP_HEADER = "X-Kefu-Cluster-Hop"
 CONNECT_TIMEOUT_S = 5.0
 """A worker that does not take the WebSocket in this long counts as unavailable."""
 CLOSE_TRY_AGAIN = 1013
 """RFC 6455 §7.4.1 'Try Again Later': the room's worker is restarting."""
+
+Target = int | str
+"""A room worker's shard number, or another node's base URL."""
 
 
 class ShardRelay:
@@ -52,8 +67,15 @@ class ShardRelay:
         *,
         read_limit: int,
         clock: Callable[[], float] = time.monotonic,
+        cluster_key: str | None = None,
+        node_id: str = "",
     ) -> None:
         self.router = router
+        self.cluster_key = cluster_key
+        """The key other nodes of the cluster accept relayed sockets with."""
+        self.node_id = node_id
+        self.on_session: Callable[[str], None] | None = None
+        """Called with each session a room worker of this node issues."""
         self._socket_for = socket_for
         self._key = key
         self._read_limit = read_limit
@@ -65,9 +87,9 @@ class ShardRelay:
         return self.router.route(message, self._clock())
 
     async def relay(
-        self, client: web.WebSocketResponse, shard: int, token: str, ip: str, first: str
+        self, client: web.WebSocketResponse, shard: Target, token: str, ip: str, first: str
     ) -> None:
-        """Carry ``client`` to ``shard`` until either side closes."""
+        """Carry ``client`` to ``shard`` (a worker, or another node) until either side closes."""
         upstream = await self._connect(shard, token, ip)
         if upstream is None:
             error = p.Error("room_unavailable", "the room's worker is restarting, try again")
@@ -103,23 +125,45 @@ class ShardRelay:
             for session in sessions:
                 self.router.released(session, now)
 
-    async def _connect(
-        self, shard: int, token: str, ip: str
-    ) -> aiohttp.ClientWebSocketResponse | None:
-        path = self._socket_for(shard)
-        if path is None:
-            return None
-        session = self._sessions.get(path)
+    def _session_to(self, shard: Target) -> tuple[aiohttp.ClientSession, str, str] | None:
+        """The client session, base URL and key for ``shard``; None: not reachable now."""
+        if isinstance(shard, str):
+            if self.cluster_key is None:
+                return None
+            name, base, key = "tcp", shard, self.cluster_key
+        else:
+            path = self._socket_for(shard)
+            if path is None:
+                return None
+            name, base, key = path, "http://room-worker", self._key
+        session = self._sessions.get(name)
         if session is None or session.closed:
             # Every relayed socket holds one connection for its lifetime: no pool limit
             # (aiohttp's default of 100 would stall the 101st join).
-            session = aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=path, limit=0))
-            self._sessions[path] = session
+            connector = (
+                aiohttp.TCPConnector(limit=0)
+                if name == "tcp"
+                else aiohttp.UnixConnector(path=name, limit=0)
+            )
+            session = aiohttp.ClientSession(connector=connector)
+            self._sessions[name] = session
+        return session, base, key
+
+    async def _connect(
+        self, shard: Target, token: str, ip: str
+    ) -> aiohttp.ClientWebSocketResponse | None:
+        found = self._session_to(shard)
+        if found is None:
+            return None
+        session, base, key = found
+        headers = {CLIENT_IP_HEADER: ip, RELAY_KEY_HEADER: key}
+        if isinstance(shard, str):
+            headers[HOP_HEADER] = self.node_id or "node"
         try:
             return await asyncio.wait_for(
                 session.ws_connect(
-                    f"http://room-worker/ws?token={quote(token, safe='')}",
-                    headers={CLIENT_IP_HEADER: ip, RELAY_KEY_HEADER: self._key},
+                    f"{base}/ws?token={quote(token, safe='')}",
+                    headers=headers,
                     max_msg_size=self._read_limit,
                     autoping=True,
                     timeout=aiohttp.ClientWSTimeout(ws_close=2.0),
@@ -134,15 +178,18 @@ class ShardRelay:
         self,
         upstream: aiohttp.ClientWebSocketResponse,
         client: web.WebSocketResponse,
-        shard: int,
+        shard: Target,
         sessions: list[str],
     ) -> None:
         async for msg in upstream:
             if msg.type is not WSMsgType.TEXT:
                 continue
-            session = self.router.note_reply(shard, msg.data, self._clock())
-            if session is not None:
-                sessions.append(session)
+            if isinstance(shard, int):  # another node keeps its own sessions
+                session = self.router.note_reply(shard, msg.data, self._clock())
+                if session is not None:
+                    sessions.append(session)
+                    if self.on_session is not None:
+                        self.on_session(session)
             await client.send_str(msg.data)
 
     async def _up(

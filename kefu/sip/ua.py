@@ -324,6 +324,11 @@ class UserAgent:
         if req.method == "INVITE" and req.to.tag is None:
             self._on_invite(req, tx, peer, now)
             return
+        if req.method == "OPTIONS" and req.to.tag is None and self.draining:
+            # A draining node tells a proxy's health probe (Kamailio's dispatcher) to stop
+            # sending it new calls; the calls it has go on.
+            self._respond(tx, 503, headers=(("Retry-After", "30"),), now=now)
+            return
         if req.method == "OPTIONS" and req.to.tag is None:
             self._respond(
                 tx,
