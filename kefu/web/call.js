@@ -7,6 +7,7 @@
 //   track   [{track, streams}]  a remote track to play
 //   roomevent [{event}]  a room event (transcript, call state...), deduplicated
 //   participants [{participants}]  the others in the room
+//   rejoin  [{attempt}]  the session was lost with its server: joining the room again
 
 const RESUMABLE_CLOSE_CODES = new Set([1006, 1009, 1011, 1012, 1013, 4408, 4429]);
 const FINAL_ERRORS = {
@@ -19,6 +20,7 @@ const FINAL_ERRORS = {
   unknown_session: "The call could not be resumed. Please call again.",
   internal: "The server had a problem. Please call again.",
 };
+const MAX_REJOINS = 3;
 const CLOSE_TO_CODE = {
   4401: "bad_token", 4403: "forbidden", 4404: "unknown_room", 4409: "room_full",
   4410: "unknown_session", 4503: "node_full", 1011: "internal",
@@ -70,6 +72,7 @@ export class KefuCall extends EventTarget {
     this._pingTimer = null;
     this._droppedAt = null;
     this._ending = false;
+    this._rejoins = 0;
   }
 
   async start() {
@@ -157,6 +160,10 @@ export class KefuCall extends EventTarget {
     this._stopPing();
     if (this._ending || this.state === "ended") return;
     const mapped = CLOSE_TO_CODE[code];
+    if (mapped === "unknown_session" && this.state === "reconnecting") {
+      this._rejoin();
+      return;
+    }
     if (mapped) {
       this._fail({ code: mapped, message: FINAL_ERRORS[mapped] });
       return;
@@ -214,6 +221,10 @@ export class KefuCall extends EventTarget {
   }
 
   _onError(msg) {
+    if (msg.code === "unknown_session" && this.state === "reconnecting") {
+      this._rejoin();
+      return;
+    }
     if (FINAL_ERRORS[msg.code]) {
       this._fail({ code: msg.code, message: FINAL_ERRORS[msg.code] });
     } else {
@@ -232,8 +243,35 @@ export class KefuCall extends EventTarget {
       this._setState(this.pc.connectionState === "connected" ? "in-call" : "connecting");
       return;
     }
+    this._droppedAt = null;
     this.session = msg.session;
     await this._startPeer(msg.ice_servers || []);
+  }
+
+  // The server that held our session is gone (a node of a cluster died, or the grace ran
+  // out): join the room again with a new peer connection. The room moves to a live node and
+  // its AI carries on from the conversation state kept in Redis. Tried a few times at most.
+  _rejoin() {
+    if (this._rejoins >= MAX_REJOINS) {
+      this._fail({ code: "unknown_session", message: FINAL_ERRORS.unknown_session });
+      return;
+    }
+    this._rejoins += 1;
+    const old = this.pc;
+    this.pc = null;
+    this.channel = null;
+    if (old) {
+      old.onconnectionstatechange = null;
+      old.close();
+    }
+    this.session = null;
+    this._earlyCandidates = [];
+    const ws = this.ws;
+    this.ws = null;
+    if (ws) ws.close(1000);
+    this._setState("reconnecting");
+    this._emit("rejoin", { attempt: this._rejoins });
+    this._openSocket(false);
   }
 
   async _startPeer(iceServers) {
@@ -253,6 +291,7 @@ export class KefuCall extends EventTarget {
     };
     pc.ontrack = (ev) => this._emit("track", { track: ev.track, streams: ev.streams });
     pc.onconnectionstatechange = () => {
+      if (pc !== this.pc) return;
       const s = pc.connectionState;
       if (s === "connected") this._setState("in-call");
       else if (s === "failed") {

@@ -1,4 +1,5 @@
-"""The workbench page's pure logic (kefu/web/workbench.js) under node's own test runner."""
+"""The pages' logic under node's own test runner: the workbench (kefu/web/workbench.js) and
+the caller page's call (kefu/web/call.js: resume, and joining again when a node is lost)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ HERE = Path(__file__).resolve().parent
 
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
-def test_workbench_logic_passes_its_node_tests() -> None:
+@pytest.mark.parametrize("suite", ["workbench.test.mjs", "call.test.mjs"])
+def test_page_logic_passes_its_node_tests(suite: str) -> None:
     run = subprocess.run(
-        ["node", "--test", str(HERE / "workbench.test.mjs")],
+        ["node", "--test", str(HERE / suite)],
         capture_output=True,
         text=True,
         timeout=120,
