@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from kefu import __version__
-from kefu.errors import ConfigError
+from kefu.errors import ConfigError, StateUnavailable
 from kefu.mediaserver.config import (
     MEDIA_MODES,
     Config,
@@ -163,7 +163,12 @@ def main(argv: list[str] | None = None) -> int:
         except ConfigError as exc:
             print(f"kefu: configuration error: {exc}", file=sys.stderr)  # noqa: T201
             return 2
-        return _serve(config, uvloop_ok=not args.no_uvloop)
+        try:
+            return _serve(config, uvloop_ok=not args.no_uvloop)
+        except StateUnavailable as exc:
+            hint = "state.redis_url; state.redis_required = false starts degraded instead"
+            print(f"kefu: {exc} ({hint})", file=sys.stderr)  # noqa: T201
+            return 3
     return 2
 
 
