@@ -92,7 +92,8 @@ class ShardRelay:
         """Carry ``client`` to ``shard`` (a worker, or another node) until either side closes."""
         upstream = await self._connect(shard, token, ip)
         if upstream is None:
-            error = p.Error("room_unavailable", "the room's worker is restarting, try again")
+            where = "node is not reachable" if isinstance(shard, str) else "worker is restarting"
+            error = p.Error("room_unavailable", f"the room's {where}, try again")
             with contextlib.suppress(ConnectionError, RuntimeError):
                 await client.send_str(p.serialize(error))
                 await client.close(code=CLOSE_TRY_AGAIN, message=b"room_unavailable")
