@@ -9,6 +9,7 @@ the workers host as its own (:mod:`kefu.mediaserver.worker_link`).
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 import structlog
@@ -19,13 +20,25 @@ from kefu.mediaserver.agent_room import AGENT_ROOM_PREFIX
 from kefu.mediaserver.room_workers import RoomWorkers
 from kefu.mediaserver.worker_link import WorkerLink
 from kefu.signaling.relay import ShardRelay
-from kefu.signaling.shards import ShardRouter
+from kefu.signaling.shards import FRONT, ShardRouter
 from kefu.signaling.ws import READ_LIMIT, add_signaling_routes
 
 if TYPE_CHECKING:
     from kefu.mediaserver.server import KefuServer
 
 log = structlog.get_logger("kefu.server")
+
+
+def observe_shards(server: KefuServer, router: ShardRouter) -> None:
+    """Tell the router which rooms each shard hosts (after each poll of the workers)."""
+    workers = server.room_workers
+    assert workers is not None
+    now = time.monotonic()
+    router.observe(FRONT, server.rooms.sfu.room_ids(), now)
+    for shard in range(1, server.shards):
+        rooms = workers.room_ids(shard)
+        if rooms is not None:
+            router.observe(shard, rooms, now)
 
 
 async def start_front(server: KefuServer) -> None:
@@ -48,6 +61,7 @@ async def start_front(server: KefuServer) -> None:
             resume_grace_s=server.signaling.settings.resume_grace_s + 5.0,
         )
         server.relay = ShardRelay(router, workers.socket_for, workers.key, read_limit=READ_LIMIT)
+        workers.on_poll = lambda: observe_shards(server, router)
     elif server.cluster is not None:
         # One process, but sockets may still be relayed to other nodes.
         router = ShardRouter(1, resume_grace_s=server.signaling.settings.resume_grace_s + 5.0)

@@ -38,7 +38,12 @@ async def start_room_worker(server: KefuServer, spec: WorkerSpec) -> None:
         server.control.front_agents = int(agents) if agents.isdigit() else 0
         ready, _ = server.ready()
         return web.json_response(
-            {"ready": ready, "pid": os.getpid(), "sfu": server.rooms.sfu.stats()}
+            {
+                "ready": ready,
+                "pid": os.getpid(),
+                "sfu": server.rooms.sfu.stats(),
+                "room_ids": server.rooms.sfu.room_ids(),
+            }
         )
 
     app.router.add_get(STATUS_PATH, status)

@@ -122,6 +122,8 @@ class RoomWorkers:
         self._closing = False
         self.agents_online: Callable[[], int] = lambda: 0
         """The front's count of signed-in agents, told to every worker each poll."""
+        self.on_poll: Callable[[], None] | None = None
+        """Called after each round of status polls (the front updates room placement)."""
 
     # --- what the front asks --------------------------------------------------------------
 
@@ -246,10 +248,18 @@ class RoomWorkers:
             worker.restarts += 1
             self._spawn(worker)
 
+    def room_ids(self, shard: int) -> list[str] | None:
+        """The rooms worker ``shard`` reported at its last poll; None: it is not answering."""
+        worker = self._workers[shard - 1]
+        ids = worker.status.get("room_ids")
+        return [str(r) for r in ids] if isinstance(ids, list) else None
+
     async def _poll(self) -> None:
         while True:
             for worker in self._workers:
                 worker.status = await self._read_status(worker) if self._alive(worker) else {}
+            if self.on_poll is not None:
+                self.on_poll()
             await asyncio.sleep(self._poll_s)
 
     async def _read_status(self, worker: _Worker) -> dict[str, Any]:

@@ -196,6 +196,10 @@ class Sfu:
     def rooms(self) -> list[RoomInfo]:
         return [room.info() for room in self._rooms.values()]
 
+    def room_ids(self) -> list[str]:
+        """The rooms open now."""
+        return list(self._rooms)
+
     def stats(self) -> dict[str, int]:
         """Metrics of this SFU: the :class:`~kefu.sfu.forward.SfuCounters` totals (counters:
         they only grow) plus ``rooms`` and ``participants`` (gauges: what is open now)."""

@@ -6,13 +6,15 @@ front, shard 0, which also runs the SIP trunk) reads the socket's first message 
 the socket to the shard that hosts the room it names. A room lives in exactly one process,
 so packets forwarded between its participants never cross a process boundary.
 
-Rooms are placed by a stable hash of their id rather than by load: placement needs no
-shared state, survives a restart of the front, and every join of a room lands in the same
-process without coordination. ``pinned`` rooms (the SIP room, whose phone legs live in the
-front) stay in shard 0. A ``resume`` goes to the shard that issued the session, learnt from
-the ``joined`` message relayed back. Messages before the join or resume (pings, garbage,
-an offer too early) are answered by the front, so errors read the same whichever shard a
-room is on, and the first join or resume decides where the socket goes.
+A new room goes to the shard hosting the fewest rooms, as each shard last reported
+(:meth:`ShardRouter.observe`, every second) plus the rooms placed there since; ties (an idle
+node) go to the shard a stable hash of the room's id names, and a router nobody reports to
+places by that hash alone. A room a shard reports, or one placed moments ago, stays where it
+is: every join of a room lands in the process hosting it. ``pinned`` rooms (the SIP room,
+whose phone legs live in the front) stay in shard 0. A ``resume`` goes to the shard that
+issued the session, learnt from the ``joined`` message relayed back. Messages before the join
+or resume (pings, garbage, an offer too early) are answered by the front, so errors read the
+same whichever shard a room is on, and the first join or resume decides where the socket goes.
 """
 
 from __future__ import annotations
@@ -20,11 +22,14 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import OrderedDict
+from collections.abc import Collection
 from typing import Any
 
 __all__ = ["ShardRouter", "shard_of"]
 
 FRONT = 0
+PLACED_GRACE_S = 10.0
+"""A room placed but not reported by its shard within this long is forgotten."""
 
 
 def shard_of(room_id: str, shards: int) -> int:
@@ -70,6 +75,12 @@ class ShardRouter:
         self.max_sessions = max_sessions
         # session -> (shard, forget at); the relay's open sessions have no deadline (inf).
         self._sessions: OrderedDict[str, tuple[int, float]] = OrderedDict()
+        self._hosted: dict[str, int] = {}
+        """room -> shard, as the shards last reported."""
+        self._counts: dict[int, int] = {}
+        """Rooms per shard, as last reported."""
+        self._placed: OrderedDict[str, tuple[int, float]] = OrderedDict()
+        """room -> (shard, when) placed but not reported yet."""
 
     def route(self, message_text: str | bytes, now: float) -> int | None:
         """The shard that should take a socket that sent this; None: not a join or resume."""
@@ -83,7 +94,7 @@ class ShardRouter:
                 return FRONT  # the front's hub rejects a malformed join
             if room.startswith(self.pinned_prefixes):
                 return FRONT
-            return shard_of(room, self.shards)
+            return self._place(room, now)
         if kind == "resume":
             session = message.get("session")
             if isinstance(session, str):
@@ -92,6 +103,39 @@ class ShardRouter:
                     return entry[0]
             return FRONT  # the front's own session, or unknown_session from the front
         return None
+
+    def observe(self, shard: int, rooms: Collection[str], now: float) -> None:
+        """``shard`` hosts exactly ``rooms`` now (its status poll)."""
+        for room in [r for r, s in self._hosted.items() if s == shard and r not in rooms]:
+            del self._hosted[room]
+        for room in rooms:
+            self._hosted[room] = shard
+            self._placed.pop(room, None)
+        self._counts[shard] = len(rooms)
+        while self._placed:
+            room, (_, at) = next(iter(self._placed.items()))
+            if at > now - PLACED_GRACE_S:
+                break
+            del self._placed[room]  # never opened (refused), or closed again
+
+    def _place(self, room: str, now: float) -> int:
+        hosted = self._hosted.get(room)
+        if hosted is not None:
+            return hosted
+        placed = self._placed.get(room)
+        if placed is not None:
+            return placed[0]
+        if self.shards <= 1 or not self._counts:
+            return shard_of(room, self.shards)  # nobody reports loads: the hash alone
+        load = dict(self._counts)
+        for shard, _ in self._placed.values():
+            load[shard] = load.get(shard, 0) + 1
+        first = shard_of(room, self.shards)
+        shard = min(range(self.shards), key=lambda s: (load.get(s, 0), (s - first) % self.shards))
+        self._placed[room] = (shard, now)
+        while len(self._placed) > self.max_sessions:
+            self._placed.popitem(last=False)
+        return shard
 
     def note_reply(self, shard: int, server_message: str, now: float) -> str | None:
         """Read a message relayed back from ``shard``; returns the session a ``joined`` names."""

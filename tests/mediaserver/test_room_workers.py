@@ -160,10 +160,12 @@ async def test_resume_reaches_the_worker_that_issued_the_session(sharded: KefuPr
 
 async def test_more_relayed_sockets_than_a_connection_pool_holds(sharded: KefuProcess) -> None:
     # aiohttp pools 100 connections per client session by default; each relayed socket
-    # holds one for its lifetime, so the 101st join used to wait forever.
-    n = 110
+    # holds one for its lifetime, so the 101st join used to wait forever. New rooms are
+    # spread over the front and the worker by load (at worst half each), so 220 sockets in
+    # 20 rooms put at least 110 through the relay.
+    n = 220
     ws_url = sharded.http.replace("http://", "ws://") + "/ws?token="
-    rooms = [room_on(1) for _ in range(10)]  # 11 each; the worker takes 100 rooms at most
+    rooms = [room_on(1) for _ in range(20)]  # 11 each
     sessions, sockets = [], []
     try:
         for i in range(n):
@@ -178,10 +180,33 @@ async def test_more_relayed_sockets_than_a_connection_pool_holds(sharded: KefuPr
             await ws_send(ws, type="join", room=room)
         replies = await asyncio.gather(*(ws_next(ws, "joined") for ws in sockets))
         assert [r["type"] for r in replies] == ["joined"] * n, [r for r in replies if "code" in r]
-        await until(lambda: worker(sharded)["participants"] == n, 5.0, "all in the worker")
+        relayed = await until(
+            lambda: worker(sharded)["participants"] >= 110 and worker(sharded)["participants"],
+            5.0,
+            "over 100 relayed to the worker",
+        )
+        assert relayed <= n
     finally:
         for http in sessions:
             await http.close()
+
+
+async def test_new_rooms_are_spread_over_the_processes_by_load(sharded: KefuProcess) -> None:
+    # Four rooms whose hash names the worker: placed by load, two go to the front.
+    ws_url = sharded.http.replace("http://", "ws://") + "/ws?token="
+    rooms = [room_on(1) for _ in range(4)]
+    async with aiohttp.ClientSession() as http:
+        sockets = []
+        for room in rooms:
+            jwt = mint_token(SECRET, f"spread-{room}", "admin", 600.0, room)  # admin: no bot
+            ws = await http.ws_connect(ws_url + jwt)
+            sockets.append(ws)
+            await ws_send(ws, type="join", room=room)
+            assert (await ws_next(ws, "joined"))["type"] == "joined"
+        await until(lambda: worker(sharded)["rooms"] == 2, 5.0, "two rooms in the worker")
+        assert worker(sharded)["participants"] == 2
+        for ws in sockets:
+            await ws.close()
 
 
 async def test_bad_input_is_answered_by_the_front_before_any_routing(

@@ -111,3 +111,49 @@ def test_session_memory_is_bounded_forgetting_ended_sessions_first() -> None:
 def test_a_router_needs_a_shard() -> None:
     with pytest.raises(ValueError):
         ShardRouter(0)
+
+
+def test_without_reports_a_new_room_goes_where_its_hash_says() -> None:
+    router = ShardRouter(4)
+    for i in range(20):
+        assert router.route(join(f"room-{i}"), 0.0) == shard_of(f"room-{i}", 4)
+
+
+def test_a_new_room_goes_to_the_shard_hosting_fewest_rooms() -> None:
+    router = ShardRouter(3)
+    router.observe(0, ["a", "b", "c"], 1.0)
+    router.observe(1, ["d"], 1.0)
+    router.observe(2, ["e", "f"], 1.0)
+    assert router.route(join("new-1"), 1.5) == 1
+    # new-1 counts for shard 1 until reported: now 1 and 2 hold two each, 0 holds three.
+    assert router.route(join("new-2"), 1.6) in (1, 2)
+    assert router.route(join("new-1"), 1.7) == 1  # a placed room stays put
+
+
+def test_reported_rooms_stay_on_their_shard_and_closed_ones_are_forgotten() -> None:
+    router = ShardRouter(2)
+    busy = [f"r{i}" for i in range(5)]
+    router.observe(0, busy, 1.0)
+    router.observe(1, [], 1.0)
+    assert all(router.route(join(r), 2.0) == 0 for r in busy)
+    router.observe(0, [], 3.0)  # all closed
+    router.observe(1, ["x", "y"], 3.0)
+    assert router.route(join("r0"), 3.5) == 0  # now the emptier shard
+
+
+def test_a_placement_never_reported_is_forgotten_after_the_grace() -> None:
+    router = ShardRouter(2)
+    router.observe(0, [], 0.0)
+    router.observe(1, ["busy"], 0.0)
+    assert router.route(join("refused"), 0.0) == 0
+    router.observe(0, ["other"], 20.0)  # "refused" never opened
+    router.observe(1, [], 20.0)
+    assert router.route(join("refused"), 20.5) == 1
+
+
+def test_pinned_rooms_ignore_load() -> None:
+    router = ShardRouter(2, pinned=frozenset({"sip"}), pinned_prefixes=("call:",))
+    router.observe(0, [f"r{i}" for i in range(9)], 0.0)
+    router.observe(1, [], 0.0)
+    assert router.route(join("sip"), 0.1) == FRONT
+    assert router.route(join("call:abc"), 0.1) == FRONT
