@@ -19,6 +19,9 @@ from loadtest.peers import _wait_until, stop_process
 
 __all__ = ["RedisPeer", "redis_missing", "start_redis"]
 
+UNIX_PATH_MAX = 107
+"""The longest path a Unix socket may have (sun_path, less its terminating NUL)."""
+
 
 def redis_missing() -> str | None:
     """Why a private Redis cannot run here (None: it can)."""
@@ -53,8 +56,9 @@ class RedisPeer:
     def pid(self) -> int:
         return self.proc.pid
 
-    def stop(self, sig: signal.Signals = signal.SIGTERM) -> None:
-        stop_process(self.proc, sig, 5.0)
+    def stop(self, grace: float = 5.0) -> None:
+        """SIGTERM, then SIGKILL after ``grace`` seconds."""
+        stop_process(self.proc, signal.SIGTERM, grace)
 
     def restart(self) -> None:
         """Start again on the same socket (after :meth:`stop`)."""
@@ -64,6 +68,8 @@ class RedisPeer:
 
 def _spawn(directory: Path) -> subprocess.Popen[bytes]:
     sock = directory / "redis.sock"
+    if len(str(sock)) > UNIX_PATH_MAX:
+        raise RuntimeError(f"redis-server: socket path too long for a Unix socket: {sock}")
     sock.unlink(missing_ok=True)
     log = open(directory / "redis.log", "ab")  # noqa: SIM115 - the child keeps it open
     proc = subprocess.Popen(
@@ -92,6 +98,10 @@ def _spawn(directory: Path) -> subprocess.Popen[bytes]:
 
 
 def start_redis(directory: Path) -> RedisPeer:
-    """A running private Redis in ``directory`` (created if needed)."""
+    """A running private Redis in ``directory`` (created if needed); RuntimeError naming the
+    problem when it cannot start."""
+    missing = redis_missing()
+    if missing:
+        raise RuntimeError(f"{missing} (apt-get install redis-server)")
     directory.mkdir(parents=True, exist_ok=True)
     return RedisPeer(directory, _spawn(directory))

@@ -15,6 +15,9 @@ if [ "$with_test" = 1 ]; then
   command -v chromium >/dev/null || missing+=(chromium)
   command -v turnserver >/dev/null || missing+=(coturn)
   command -v rtpengine >/dev/null || missing+=(rtpengine-daemon)
+  # /usr/sbin is not on a Debian user's PATH
+  command -v kamailio >/dev/null || [ -x /usr/sbin/kamailio ] || missing+=(kamailio)
+  command -v redis-server >/dev/null || missing+=(redis-server)
   command -v swig >/dev/null || missing+=(swig)
   [ -e /usr/include/speex/speexdsp_types.h ] || missing+=(libspeexdsp-dev)
   command -v node >/dev/null || missing+=(nodejs npm)

@@ -102,6 +102,27 @@ def test_options_keepalive(transport: str) -> None:
 
 
 @transports
+@pytest.mark.parametrize("answer", [200, 503])
+def test_node_status_stand_in_answers_options(transport: str, answer: int) -> None:
+    """uas_node_status answers the dispatcher's probe with the status asked for, and only
+    that one (tests/e2e/test_cluster_sip.py puts it behind Kamailio)."""
+    uas = start_sipp_uas(
+        "uas_node_status", transport=transport, rtp_echo=False,
+        variables={"options_answer": answer},
+    )  # fmt: skip
+    with uas:
+        uac = _call(uas, "uac_options", transport, calls=3, rate=50)
+        stand_in = uas.stop()
+    assert stand_in.ok and stand_in.successful == 3, stand_in.errors + stand_in.stderr_tail
+    assert _message_count(stand_in.screen, str(answer)) == 3, stand_in.screen
+    assert _message_count(stand_in.screen, str(200 if answer == 503 else 503)) == 0
+    if answer == 200:
+        assert uac.ok and uac.successful == 3, uac.errors
+    else:
+        assert uac.failed == 3 and "503 Service Unavailable" in uac.errors
+
+
+@transports
 def test_kefu_hangs_up(transport: str, speech_pcap: Path) -> None:
     with _uas(transport, "hangup", hangup_ms=600) as uas:
         uac = _call(uas, "uac_wait_bye", transport, media_port=sipp_media_port(),
