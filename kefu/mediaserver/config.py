@@ -153,6 +153,9 @@ class CallsConfig:
 @dataclass(frozen=True, slots=True)
 class HttpConfig:
     listen: HostPort = HostPort("127.0.0.1", 8080)
+    trusted_proxies: tuple[str, ...] = ()
+    """Networks of reverse proxies (an ingress, a load balancer) whose ``X-Forwarded-For``
+    names the client; empty: the peer's address is the client's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -384,6 +387,13 @@ def _validate(config: Config) -> Config:
         TransferAllowList(config.calls.transfer_allow)
     except ValueError as exc:
         raise ConfigError(f"calls.transfer_allow: {exc}", key="calls.transfer_allow") from None
+    for net in config.http.trusted_proxies:
+        try:
+            ipaddress.ip_network(net, strict=False)
+        except ValueError:
+            raise ConfigError(
+                f"http.trusted_proxies: not a network: {net!r}", key="http.trusted_proxies"
+            ) from None
     cluster_problem = check_cluster(config.state, config.cluster)
     if cluster_problem is not None:
         raise ConfigError(cluster_problem[1], key=cluster_problem[0])

@@ -22,6 +22,7 @@ from kefu.mediaserver.events import AgentNote, event_json
 from kefu.mediaserver.room_calls import ROOM_CALL_PREFIX
 from kefu.mediaserver.worker_link import WorkerLink
 from kefu.signaling.api_access import TransferAllowList
+from kefu.signaling.client_address import CLIENT_ADDRESS_KEY, ClientAddress
 from kefu.signaling.events_ws import EventStream, add_event_routes
 from kefu.signaling.http import build_app
 from kefu.signaling.shards import FRONT
@@ -85,6 +86,7 @@ class CallControl:
             s.config.calls.transfer_allow, default=s.config.sip.transfer_target
         )
         app = build_app(self, auth=s.signaling.auth, transfer_allow=allow)
+        app[CLIENT_ADDRESS_KEY] = ClientAddress(s.config.http.trusted_proxies)
         self.events = add_event_routes(app, s.bus, event_json, s.signaling.auth)
         return app
 

@@ -33,6 +33,7 @@ from aiohttp import WSMsgType, hdrs, web
 
 from kefu.signaling.api_access import bearer_token
 from kefu.signaling.auth import Authenticator, Claims
+from kefu.signaling.client_address import client_ip
 from kefu.signaling.errors import (
     CLOSE_BAD_TOKEN,
     CLOSE_FORBIDDEN,
@@ -217,7 +218,7 @@ class EventStream:
             writer_limit=s.writer_limit,
             heartbeat=s.heartbeat_s,
         )
-        ip = request.remote or "unknown"
+        ip = client_ip(request)
         if not ws.can_prepare(request).ok:  # plain HTTP: the API's 401/403, else 426
             try:
                 await authorize(self.auth, token)

@@ -25,6 +25,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from kefu.errors import CallStateConflict
 from kefu.signaling.api_access import TransferAllowList, bearer_token, check_role
 from kefu.signaling.auth import Authenticator, Claims
+from kefu.signaling.client_address import client_ip
 from kefu.signaling.errors import AuthError
 
 MAX_BODY = 64 * 1024
@@ -116,7 +117,7 @@ def build_app(
     ) -> web.StreamResponse:
         if not _is_api(request):
             return await handler(request)
-        ip = request.remote or "unknown"
+        ip = client_ip(request)
         try:
             claims = await authorize(auth, bearer_token(request.headers.get(hdrs.AUTHORIZATION)))
         except AuthError as exc:
@@ -134,7 +135,7 @@ def build_app(
             call_id=call_id,
             user=claims.user,
             role=claims.role,
-            ip=request.remote,
+            ip=client_ip(request),
             outcome=outcome,
             **kw,
         )

@@ -22,6 +22,7 @@ from typing import Protocol
 
 from aiohttp import WSMessage, WSMsgType, web
 
+from kefu.signaling.client_address import client_ip as forwarded_client_ip
 from kefu.signaling.hub import Connection, SignalingHub
 from kefu.signaling.protocol import MAX_MESSAGE_BYTES, Error
 from kefu.signaling.relay import CLIENT_IP_HEADER, HOP_HEADER, RELAY_KEY_HEADER, ShardRelay
@@ -95,7 +96,7 @@ def add_signaling_routes(
         forwarded = request.headers.get(CLIENT_IP_HEADER)
         if forwarded and ((relay_key and key_matches(request, relay_key)) or hopped(request)):
             return forwarded
-        return request.remote or "unknown"
+        return forwarded_client_ip(request)
 
     async def feed(conn: Connection, msg: WSMessage) -> None:
         if msg.type is WSMsgType.TEXT:
