@@ -31,7 +31,8 @@ TIERS = (
     ("netns", "real peers: SIPp, baresip, tshark, Chromium, coturn, kefu on loopback",
      "run ./scripts/test.sh (pytest inside unshare -n)", re.escape(NETNS_REASON)),
     ("peer binaries", "tests whose Debian peer is not installed",
-     "./scripts/setup.sh --test (apt-get install sip-tester baresip tshark chromium coturn ...)",
+     "./scripts/setup.sh --test (apt-get install sip-tester baresip tshark chromium coturn"
+     " kamailio redis-server ...)",
      r"not installed|needs (baresip|sipp|tshark)|playwright-core|node is not"),
     ("models / native packages", "AI stages whose model or library is missing",
      "./scripts/setup.sh --test (installs the model packages, builds speexdsp)",
