@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from loadtest.cluster import Cluster, start_cluster
+from loadtest.cluster_plots import plot_failover
 from loadtest.kamailio import is_active
 from loadtest.kefu_process import cpu_seconds, load_average, process_tree
 from loadtest.pcap import make_rtp_pcap, speech_like_pcm
@@ -208,7 +209,12 @@ def summarize_failover(
 
 
 def failover(
-    rate: float, duration: float, kill_at: float, fr_timer_ms: int = 1500, audio_s: float = 0.5
+    rate: float,
+    duration: float,
+    kill_at: float,
+    fr_timer_ms: int = 1500,
+    audio_s: float = 0.5,
+    plot: Path | None = None,
 ) -> dict[str, Any]:
     calls = max(1, round(rate * duration))
     with tempfile.TemporaryDirectory(prefix="kefu-failover-") as tmp:
@@ -239,6 +245,9 @@ def failover(
             watcher.join()
             trace = parse_message_trace((work / "msg.log").read_text(errors="replace"))
     summary = summarize_failover(trace, killed_at, victim.sip, survivor.sip, fr_timer_ms / 2000)
+    if plot is not None:
+        inactive = watch.get("inactive_after_s")
+        plot_failover(trace, killed_at, victim.sip, survivor.sip, inactive, plot)
     return {
         "benchmark": "cluster-failover",
         "nodes": 2,
@@ -364,11 +373,12 @@ def main(argv: list[str] | None = None) -> int:
         help="instead: CALLS concurrent echo calls with 1 node, then 2",
     )
     parser.add_argument("--hold", type=float, default=15.0, help="capacity: seconds per call")
+    parser.add_argument("--plot", type=Path, help="failover: write the calls' timeline (PNG)")
     args = parser.parse_args(argv)
     if args.capacity is not None:
         out = capacity(args.capacity, args.hold)
     else:
-        out = failover(args.rate, args.duration, args.kill_at, args.fr_timer)
+        out = failover(args.rate, args.duration, args.kill_at, args.fr_timer, plot=args.plot)
     print(json.dumps(out))
     return 0
 

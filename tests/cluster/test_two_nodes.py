@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import numpy as np
 import pytest
 from helpers.events_reader import EventsReader
@@ -98,6 +99,42 @@ async def test_callers_joining_through_different_nodes_meet_in_one_room(
     _, view = _api(cluster.nodes[2].http_url + "/api/cluster", admin)
     hosts = [r["node"] for r in view["rooms"] if r["room"] == room]
     assert len(hosts) == 1 and hosts[0] in ("node-1", "node-2")
+
+
+async def test_a_forged_cluster_hop_is_not_believed(cluster: Cluster) -> None:
+    """A client claiming to be another node (hop header, wrong key) is routed like anyone:
+    it meets the room's first participant on the room's node instead of opening a second
+    room of the same name where it connected."""
+    room = "forged-hop-room"
+    token = mint_token(cluster.jwt_secret, "admin-a", "admin", 600.0, room)
+    ws = {k: n.http_url.replace("http://", "ws://") + "/ws" for k, n in cluster.nodes.items()}
+    forged = {
+        "X-Kefu-Cluster-Hop": "node-9",
+        "X-Kefu-Relay-Key": "0" * 64,
+        "X-Kefu-Client-Ip": "203.0.113.66",
+    }
+    async with aiohttp.ClientSession() as http:
+        first = await http.ws_connect(f"{ws[1]}?token={token}")
+        await first.send_json({"v": 1, "type": "join", "room": room})
+        joined = await first.receive_json(timeout=10)
+        assert joined["type"] == "joined", joined
+        host = _room_of(cluster, room)
+        other = 2 if host == "node-1" else 1
+        token_b = mint_token(cluster.jwt_secret, "admin-b", "admin", 600.0, room)
+        second = await http.ws_connect(f"{ws[other]}?token={token_b}", headers=forged)
+        await second.send_json({"v": 1, "type": "join", "room": room})
+        met = await second.receive_json(timeout=10)
+        assert met["type"] == "joined", met
+        assert [p["id"] for p in met["participants"]] == [joined["participant"]]
+        await first.close()
+        await second.close()
+
+
+def _room_of(cluster: Cluster, room: str) -> str:
+    admin = mint_token(cluster.jwt_secret, "ops", "admin")
+    _, view = _api(cluster.nodes[1].http_url + "/api/cluster", admin)
+    [host] = [r["node"] for r in view["rooms"] if r["room"] == room]
+    return str(host)
 
 
 def test_a_call_on_one_node_is_seen_and_hung_up_from_the_other(
