@@ -73,6 +73,15 @@ class ReplicatedSessionStore:
         await self.local.delete(call_id)
         self._mark(call_id, None)
 
+    def resync(self) -> int:
+        """Queue every state held here for Redis (after an outage: a restarted Redis has
+        none of them); how many."""
+        states = self.local.states()
+        for state in states:
+            if state.call_id not in self._dirty:
+                self._mark(state.call_id, state)
+        return len(states)
+
     def _mark(self, call_id: str, state: DialogState | None) -> None:
         self._dirty[call_id] = state
         self._dirty.move_to_end(call_id)

@@ -32,12 +32,21 @@ from kefu.cluster.settings import ClusterConfig, StateConfig
 from kefu.mediaserver.bus import EventBus
 from kefu.mediaserver.events import CallEnded, CallStarted, RelayedEvent
 
-__all__ = ["ClusterNode", "NodeLoad", "node_id_of"]
+__all__ = ["ClusterNode", "Hosted", "NodeLoad", "node_id_of"]
 
 log = structlog.get_logger("kefu.cluster")
 
 CALL_NOTES = 10_000
 """Call starts and ends waiting for Redis at most (beyond: dropped, the TTL cleans up)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Hosted:
+    """What this node hosts: written back to Redis after an outage (a restarted Redis is
+    empty; without this a room here could be placed anew on another node)."""
+
+    rooms: list[str]
+    calls: list[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +73,7 @@ class ClusterNode:
         *,
         bus: EventBus | None,
         load: Callable[[], NodeLoad] | None = None,
+        hosted: Callable[[], Hosted] | None = None,
     ) -> None:
         self.state = state
         self.settings = cluster
@@ -78,6 +88,9 @@ class ClusterNode:
             else None
         )
         self._load = load
+        self._hosted = hosted
+        self._synced_outages = 0
+        """Redis outages this node has written its rooms and calls back after."""
         self.info: NodeInfo | None = None
         self.nodes: dict[str, NodeInfo] = {}
         """Every live node as of the last heartbeat (this one included)."""
@@ -147,10 +160,34 @@ class ClusterNode:
         try:
             await self.registry.beat(self.info)
             nodes = await self.registry.nodes()
+            if self.link.outages > self._synced_outages:
+                await self._write_back()
         except REDIS_ERRORS as exc:
             self.link.failed(exc)
             return
         self.nodes = {n.id: n for n in nodes}
+
+    async def _write_back(self) -> None:
+        """Redis is back after an outage: claim this node's rooms and calls again, and queue
+        every call's dialog state (the writer sends them)."""
+        outages = self.link.outages
+        hosted = self._hosted() if self._hosted is not None else Hosted([], [])
+        lost = [
+            r
+            for r in hosted.rooms
+            if await self.registry.claim_room(r, self.node_id) != self.node_id
+        ]
+        for call_id in hosted.calls:
+            await self.registry.note_call(call_id, live=True)
+        dialogs = self.store.resync()
+        self._synced_outages = outages
+        log.info(
+            "cluster.resynced",
+            rooms=len(hosted.rooms),
+            calls=len(hosted.calls),
+            dialogs=dialogs,
+            rooms_taken_meanwhile=lost,
+        )
 
     async def _beat_forever(self) -> None:
         while True:

@@ -2,10 +2,12 @@
 
 Everything in :mod:`kefu.cluster` talks to Redis through a :class:`RedisLink`: it builds the
 ``redis.asyncio`` clients with short timeouts (a Redis that stops answering is noticed in
-seconds), and keeps one view of the link's health that
-``/readyz`` reports (``degraded`` while Redis is lost) and the writers use to buffer instead of
-failing. A watchdog pings every ``interval_s`` and flips the state back when Redis returns;
-:meth:`failed` lets any user report an error as it happens.
+seconds), and keeps one view of the link's health that ``/readyz`` reports (``degraded``
+while Redis is lost) and the writers use to buffer instead of failing. A watchdog asks Redis
+for its run id every ``interval_s``: it flips the state back when Redis returns, and counts a
+restart it did not see fail (the client reconnects by itself) as an outage too, so the node
+writes back what an empty Redis lost; :meth:`failed` lets any user report an error as it
+happens.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ class RedisLink:
         self.since = time.monotonic()
         self.last_error = ""
         self.outages = 0
+        self.run_id = ""
         self._returned = asyncio.Event()
 
     def make_client(self, *, timeout_s: float = OP_TIMEOUT_S) -> Any:
@@ -66,10 +69,15 @@ class RedisLink:
             health_check_interval=0,
         )
 
+    async def _run_id(self) -> str:
+        """The Redis server's run id: a new one means Redis restarted (and may be empty)."""
+        info = await self.client.info("server")
+        return str(info.get("run_id", ""))
+
     async def connect(self, *, required: bool) -> None:
         """Ping once; raises StateUnavailable when ``required`` and Redis does not answer."""
         try:
-            await self.client.ping()
+            self.run_id = await self._run_id()
         except REDIS_ERRORS as exc:
             self.failed(exc)
             if required:
@@ -108,11 +116,16 @@ class RedisLink:
         while True:
             await asyncio.sleep(self.interval_s)
             try:
-                await self.client.ping()
+                run_id = await self._run_id()
             except REDIS_ERRORS as exc:
                 self.failed(exc)
-            else:
-                self._set_up()
+                continue
+            if self.run_id and run_id != self.run_id:
+                # Restarted between two looks (the client reconnected on its own): an outage
+                # all the same, whatever was written before is gone.
+                self.failed(ConnectionError("Redis restarted"))
+            self.run_id = run_id
+            self._set_up()
 
     def describe(self) -> dict[str, Any]:
         return {

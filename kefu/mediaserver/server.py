@@ -31,7 +31,7 @@ from aiohttp import web
 
 from kefu.ai_bridge.events import HandoffRequested
 from kefu.ai_bridge.services import AiServices
-from kefu.cluster.node import ClusterNode, NodeLoad
+from kefu.cluster.node import ClusterNode, Hosted, NodeLoad
 from kefu.mediaserver.agent_queue import AgentQueue, tell_caller_no_agent
 from kefu.mediaserver.agent_queue import Call as QueuedCall
 from kefu.mediaserver.bus import EventBus
@@ -45,7 +45,7 @@ from kefu.mediaserver.logs import configure_logging
 from kefu.mediaserver.media_modes import MediaModes
 from kefu.mediaserver.metrics import Metrics
 from kefu.mediaserver.recording import RecordingWriter, prepare_dir, prune, recordings_path
-from kefu.mediaserver.room_calls import RoomCall
+from kefu.mediaserver.room_calls import RoomCall, room_call_id
 from kefu.mediaserver.room_worker import start_room_worker, stop_when_orphaned
 from kefu.mediaserver.room_workers import RoomWorkers, WorkerSpec
 from kefu.mediaserver.rooms import RoomService
@@ -152,6 +152,7 @@ class KefuServer:
                 config.cluster,
                 bus=self.bus if worker is None else None,
                 load=self._node_load,
+                hosted=self._hosted,
             )
             self.media.session_store = self.cluster.store
         self.recordings: RecordingWriter | None = None
@@ -218,6 +219,16 @@ class KefuServer:
             agents=events.agents_online() if events is not None else 0,
             draining=self.draining,
         )
+
+    def _hosted(self) -> Hosted:
+        """The rooms (this process's and its workers') and calls this node hosts."""
+        rooms = self.rooms.sfu.room_ids()
+        if self.room_workers is not None:
+            for shard in range(1, self.shards):
+                rooms += self.room_workers.room_ids(shard) or []
+        calls = [call.id for call in self.calls.values()]
+        calls += [room_call_id(room) for room in rooms]
+        return Hosted(rooms, calls)
 
     def _no_agent(self, call: QueuedCall) -> None:
         """Nobody can take ``call``: a phone call goes to the queue's SIP target, a web

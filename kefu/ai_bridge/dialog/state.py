@@ -146,6 +146,10 @@ class MemorySessionStore:
     async def delete(self, call_id: str) -> None:
         self._data.pop(call_id, None)
 
+    def states(self) -> list[DialogState]:
+        """Every call's state held now."""
+        return list(self._data.values())
+
     def __len__(self) -> int:
         return len(self._data)
 
