@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Generic, Protocol, TypeVar, runtime_checkable
 import numpy as np
 from numpy.typing import NDArray
 
+from kefu.ai_bridge.speak.clause_executor import first_clause
 from kefu.errors import LocalError
 
 if TYPE_CHECKING:  # text.py imports this module, so only the type can come from there
@@ -256,7 +257,7 @@ class ClauseEngine(ABC, Generic[StyleT]):
         for seg in self.plan(text, emotion, rate):
             if seg.text:
                 job = partial(self.render, seg.text, self.style(seg), seg.pause_ms)
-                jobs.append(partial(_render_trimmed, job) if not jobs else job)
+                jobs.append(first_clause(partial(_render_trimmed, job)) if not jobs else job)
             else:
                 jobs.append(partial(silence_chunk, seg.pause_ms, self.sample_rate))
         return jobs

