@@ -23,17 +23,15 @@ import json
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
-
-import aiohttp
 
 from kefu.cluster.dialog_store import DIALOG_PREFIX
 from kefu.mediaserver.room_calls import room_call_id
 from kefu.signaling.tokens import mint_token
 from loadtest.cluster import Cluster, start_cluster
+from loadtest.events_reader import EventsReader
 from loadtest.pcap import make_rtp_pcap, speech_like_pcm
 from loadtest.peers import run_sipp, sipp_media_port
 
@@ -43,63 +41,28 @@ def _pct(values: list[float], q: float) -> float:
     return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 2)
 
 
-class _Reader:
-    """An ``/api/events`` reader in its own thread noting each event's arrival time."""
-
-    def __init__(self, http_url: str, secret: str) -> None:
-        self.url = http_url.replace("http://", "ws://") + "/api/events"
-        self.token = mint_token(secret, "bench", "supervisor")
-        self.arrivals: list[tuple[float, dict[str, Any]]] = []
-        self.ready = threading.Event()
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
-
-    async def _run(self) -> None:
-        headers = {"Authorization": f"Bearer {self.token}"}
-        async with (
-            aiohttp.ClientSession() as http,
-            http.ws_connect(self.url, headers=headers) as ws,
-        ):
-            while not self.stop.is_set():
-                try:
-                    msg = await ws.receive(timeout=0.2)
-                except TimeoutError:
-                    continue
-                if msg.type is not aiohttp.WSMsgType.TEXT:
-                    return
-                now = time.time()
-                event = json.loads(msg.data)
-                if event.get("type") == "events.subscribed":
-                    self.ready.set()
-                self.arrivals.append((now, event))
-
-
 def bench_events(workdir: Path, calls: int, rate: float) -> dict[str, Any]:
     pcap = workdir / "speech.pcap"
     make_rtp_pcap(pcap, speech_like_pcm(1.0))
     with start_cluster(workdir / "events", nodes=2, media_mode="echo") as cluster:
-        reader = _Reader(cluster.nodes[1].http_url, cluster.jwt_secret)
-        reader.thread.start()
-        if not reader.ready.wait(30):
-            raise RuntimeError("the events reader never subscribed")
-        result = run_sipp(
-            "uac_echo",
-            cluster.nodes[2].sip,
-            calls=calls,
-            rate=rate,
-            media_port=sipp_media_port(),
-            keys={"pcap": pcap},
-            timeout=calls / rate + 60,
-        )
-        time.sleep(2.0)
-        reader.stop.set()
-        reader.thread.join(10)
+        with EventsReader(cluster.nodes[1].http_url, cluster.jwt_secret) as reader:
+            result = run_sipp(
+                "uac_echo",
+                cluster.nodes[2].sip,
+                calls=calls,
+                rate=rate,
+                media_port=sipp_media_port(),
+                keys={"pcap": pcap},
+                timeout=calls / rate + 60,
+            )
+            time.sleep(2.0)  # the last calls' call.ended
+    arrivals = list(zip(reader.arrived, reader.events, strict=True))
     delays = [
         (arrived - float(e["at"])) * 1000
-        for arrived, e in reader.arrivals
+        for arrived, e in arrivals
         if e.get("node") == "node-2" and "at" in e
     ]
-    kinds = sorted({e.get("type", "") for _, e in reader.arrivals if e.get("node") == "node-2"})
+    kinds = sorted({e.get("type", "") for _, e in arrivals if e.get("node") == "node-2"})
     return {
         "calls": calls,
         "rate": rate,

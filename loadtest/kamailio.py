@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from loadtest.kefu_process import process_tree
-from loadtest.peers import stop_process
+from loadtest.peers import bound_socket_inodes, stop_process
 
 __all__ = [
     "KAMAILIO_CFG",
@@ -266,18 +266,7 @@ def _owns_port(pid: int, port: int, transport: str) -> bool:
     listening): the inode of the port's entry in /proc/net/{udp,tcp} among their open files.
     (A port bound by someone else does not count: outside a private namespace another program
     may hold it.)"""
-    tables = ("tcp", "tcp6") if transport.startswith("t") else ("udp", "udp6")
-    inodes = set()
-    for table in tables:
-        try:
-            lines = Path(f"/proc/net/{table}").read_text().splitlines()[1:]
-        except FileNotFoundError:
-            continue
-        for line in lines:
-            cols = line.split()
-            local, state, inode = cols[1], cols[3], cols[9]
-            if int(local.rsplit(":", 1)[1], 16) == port and (table[0] == "u" or state == "0A"):
-                inodes.add(f"socket:[{inode}]")
+    inodes = bound_socket_inodes(port, transport)
     fds = []
     for member in process_tree(pid):
         with contextlib.suppress(OSError):

@@ -149,9 +149,11 @@ def _tail(path: Path, limit: int = 4000) -> str:
         return ""
 
 
-def port_is_bound(port: int, transport: str = "udp") -> bool:
-    """Whether something in this network namespace has bound ``port`` (TCP: listens on it)."""
+def bound_socket_inodes(port: int, transport: str = "udp") -> set[str]:
+    """The sockets in this network namespace bound to ``port`` (TCP: listening on it), as
+    the ``socket:[INODE]`` names their file descriptors link to (proc(5) /proc/net/*)."""
     tables = ("tcp", "tcp6") if transport.startswith("t") else ("udp", "udp6")
+    inodes = set()
     for table in tables:
         try:
             lines = Path(f"/proc/net/{table}").read_text().splitlines()[1:]
@@ -159,10 +161,15 @@ def port_is_bound(port: int, transport: str = "udp") -> bool:
             continue
         for line in lines:
             cols = line.split()
-            local, state = cols[1], cols[3]
+            local, state, inode = cols[1], cols[3], cols[9]
             if int(local.rsplit(":", 1)[1], 16) == port and (table[0] == "u" or state == "0A"):
-                return True
-    return False
+                inodes.add(f"socket:[{inode}]")
+    return inodes
+
+
+def port_is_bound(port: int, transport: str = "udp") -> bool:
+    """Whether something in this network namespace has bound ``port`` (TCP: listens on it)."""
+    return bool(bound_socket_inodes(port, transport))
 
 
 def _wait_until(

@@ -342,20 +342,8 @@ def _validate(config: Config) -> Config:
         )
     if config.calls.max_concurrent < 1:
         raise ConfigError("calls.max_concurrent must be at least 1", key="calls.max_concurrent")
-    for net in config.sip.allow_from:
-        try:
-            ipaddress.ip_network(net, strict=False)
-        except ValueError:
-            raise ConfigError(
-                f"sip.allow_from: not a network: {net!r}", key="sip.allow_from"
-            ) from None
-    for net in config.sip.rate_exempt:
-        try:
-            ipaddress.ip_network(net, strict=False)
-        except ValueError:
-            raise ConfigError(
-                f"sip.rate_exempt: not a network: {net!r}", key="sip.rate_exempt"
-            ) from None
+    _check_networks(config.sip.allow_from, "sip.allow_from")
+    _check_networks(config.sip.rate_exempt, "sip.rate_exempt")
     if config.sip.rate_limit > 0 and config.sip.rate_burst < 1:
         raise ConfigError("sip.rate_burst must be at least 1", key="sip.rate_burst")
     if config.sip.max_message_bytes < 1024:
@@ -387,13 +375,7 @@ def _validate(config: Config) -> Config:
         TransferAllowList(config.calls.transfer_allow)
     except ValueError as exc:
         raise ConfigError(f"calls.transfer_allow: {exc}", key="calls.transfer_allow") from None
-    for net in config.http.trusted_proxies:
-        try:
-            ipaddress.ip_network(net, strict=False)
-        except ValueError:
-            raise ConfigError(
-                f"http.trusted_proxies: not a network: {net!r}", key="http.trusted_proxies"
-            ) from None
+    _check_networks(config.http.trusted_proxies, "http.trusted_proxies")
     cluster_problem = check_cluster(config.state, config.cluster)
     if cluster_problem is not None:
         raise ConfigError(cluster_problem[1], key=cluster_problem[0])
@@ -402,6 +384,14 @@ def _validate(config: Config) -> Config:
             f"calls.prompt_wav: no such file {config.calls.prompt_wav!r}", key="calls.prompt_wav"
         )
     return config
+
+
+def _check_networks(values: tuple[str, ...], key: str) -> None:
+    for net in values:
+        try:
+            ipaddress.ip_network(net, strict=False)
+        except ValueError:
+            raise ConfigError(f"{key}: not a network: {net!r}", key=key) from None
 
 
 def jwt_secret(config: Config) -> str:
