@@ -32,11 +32,25 @@ from pathlib import Path
 from typing import Any
 
 from loadtest import cluster_procs as procs
-from loadtest.kamailio import KamailioError, KamailioProcess, is_active, start_kamailio
+from loadtest.kamailio import (
+    KamailioError,
+    KamailioProcess,
+    find_binary,
+    is_active,
+    start_kamailio,
+)
 from loadtest.kefu_process import KefuProcess, start_kefu
 from loadtest.redis_peer import RedisPeer, start_redis
 
-__all__ = ["Cluster", "ClusterError", "Node", "default_dir", "main", "start_cluster"]
+__all__ = [
+    "Cluster",
+    "ClusterError",
+    "Node",
+    "default_dir",
+    "main",
+    "missing_peers",
+    "start_cluster",
+]
 
 LOCALHOST = "127.0.0.1"
 RTP_PORTS = (20000, 29999)
@@ -46,6 +60,11 @@ STATE_FILE = "cluster.json"
 
 class ClusterError(RuntimeError):
     """A part of the cluster failed to start; the message names it (and its log's end)."""
+
+
+def missing_peers() -> list[str]:
+    """The programs a local cluster needs that are not installed here."""
+    return [b for b in ("kamailio", "kamcmd", "redis-server", "sipp") if find_binary(b) is None]
 
 
 def default_dir() -> Path:

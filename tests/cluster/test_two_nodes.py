@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import signal
 import threading
 import time
@@ -25,7 +24,7 @@ import pytest
 from helpers.events_reader import EventsReader
 
 from kefu.signaling.tokens import mint_token
-from loadtest.cluster import Cluster, start_cluster
+from loadtest.cluster import Cluster, missing_peers, start_cluster
 from loadtest.pcap import make_rtp_pcap, speech_like_pcm
 from loadtest.peers import run_sipp, sipp_media_port
 from loadtest.webrtc_client import PacedPcmTrack, WebRtcClient
@@ -34,8 +33,8 @@ pytestmark = [
     pytest.mark.netns,
     pytest.mark.peer,
     pytest.mark.skipif(
-        not (shutil.which("kamailio") and shutil.which("redis-server")),
-        reason="kamailio or redis-server is not installed (./scripts/setup.sh --test)",
+        bool(missing_peers()),
+        reason=f"{', '.join(missing_peers())} not installed (./scripts/setup.sh --test)",
     ),
 ]
 

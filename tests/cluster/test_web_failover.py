@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import signal
 import time
 import urllib.request
@@ -25,15 +24,15 @@ import pytest
 from helpers.events_reader import EventsReader
 
 from kefu.signaling.tokens import mint_token
-from loadtest.cluster import Cluster, start_cluster
+from loadtest.cluster import Cluster, missing_peers, start_cluster
 from loadtest.webrtc_client import PacedPcmTrack, WebRtcClient
 
 pytestmark = [
     pytest.mark.netns,
     pytest.mark.peer,
     pytest.mark.skipif(
-        not (shutil.which("kamailio") and shutil.which("redis-server")),
-        reason="kamailio or redis-server is not installed (./scripts/setup.sh --test)",
+        bool(missing_peers()),
+        reason=f"{', '.join(missing_peers())} not installed (./scripts/setup.sh --test)",
     ),
 ]
 

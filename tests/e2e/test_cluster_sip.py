@@ -27,8 +27,8 @@ from pathlib import Path
 import pytest
 
 from loadtest import cluster_procs
-from loadtest.cluster import Cluster, Node, start_cluster
-from loadtest.kamailio import find_binary, start_kamailio
+from loadtest.cluster import Cluster, Node, missing_peers, start_cluster
+from loadtest.kamailio import start_kamailio
 from loadtest.pcap import make_rtp_pcap, speech_like_pcm
 from loadtest.peers import (
     SippProcess,
@@ -40,7 +40,7 @@ from loadtest.peers import (
     take_ports,
 )
 
-MISSING = [b for b in ("kamailio", "kamcmd", "redis-server", "sipp") if find_binary(b) is None]
+MISSING = missing_peers()
 pytestmark = [
     pytest.mark.netns,
     pytest.mark.peer,
