@@ -103,6 +103,36 @@ def test_looks_complete() -> None:
     assert not looks_complete("I want to check my order.")  # statements wait for silence
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "我的订单到哪里了？",
+        "退货需要多长时间呢",
+        "能不能帮我查一下订单吗",
+        "运费怎么算?",
+        "可以开发票吗。",
+    ],
+)
+def test_a_finished_mandarin_question_is_complete(text: str) -> None:
+    assert looks_complete(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "我想问一下那个？",  # a pause after 那个 is a hesitation, whatever Whisper punctuates
+        "我想退货，然后",
+        "请问",
+        "你好吗",  # too short to be a request
+        "订单号是A12345。",  # a statement waits for the silence
+        "我想问一下关于",
+        "还有就是",
+    ],
+)
+def test_an_unfinished_mandarin_turn_waits_for_silence(text: str) -> None:
+    assert not looks_complete(text)
+
+
 def test_wer() -> None:
     assert wer("Where is my order?", "where is my order") == 0.0
     assert wer("a b c d", "a x c") == 0.5

@@ -29,16 +29,39 @@ _QUESTION_START = frozenset(
 )
 
 
+# Mandarin: what a finished question ends on, and what a speaker pauses after mid-sentence.
+_ZH_QUESTION_PARTICLES = ("吗", "呢", "么", "吧")
+_ZH_CONTINUATIONS = (
+    "和", "跟", "与", "或", "或者", "还有", "然后", "而且", "但是", "可是", "因为", "所以",
+    "如果", "就是", "那个", "这个", "的话", "一下", "嗯", "呃", "啊", "那", "就", "是",
+    "我想", "我要", "请问", "关于", "的", "在", "把", "给", "对",
+)  # fmt: skip
+_CJK = re.compile(r"[\u4e00-\u9fff]")
+
+
+def _looks_complete_zh(text: str) -> bool:
+    """A Mandarin question is complete when it ends with a question mark or a question
+    particle (吗, 呢...) after at least four characters, and not on a word people pause after."""
+    body = text.rstrip("？?。！!，,、 ")
+    hanzi = _CJK.findall(body)
+    if len(hanzi) < 4 or body.endswith(_ZH_CONTINUATIONS):
+        return False
+    return text.rstrip().endswith(("？", "?")) or body.endswith(_ZH_QUESTION_PARTICLES)
+
+
 def looks_complete(text: str) -> bool:
     """Heuristic semantic hook: does this (partial or final) text end a request?
 
     True for punctuated sentences (Whisper) or questions of 4+ words that do not end on a
-    continuation word (pocketsphinx gives no punctuation). Conservative: a wrong True cuts the
-    caller off, a wrong False only costs the normal end-of-silence wait.
+    continuation word (pocketsphinx gives no punctuation); in Mandarin, questions ending in
+    a question mark or particle (see :func:`_looks_complete_zh`). Conservative: a wrong True
+    cuts the caller off, a wrong False only costs the normal end-of-silence wait.
     """
     stripped = text.strip()
     if not stripped:
         return False
+    if _CJK.search(stripped):
+        return _looks_complete_zh(stripped)
     words = re.findall(r"[a-z']+", stripped.lower())
     if not words or words[-1] in _CONTINUATIONS:
         return False
