@@ -25,7 +25,7 @@ from typing import Any
 import structlog
 from redis.exceptions import ResponseError
 
-from kefu.cluster.redis_link import REDIS_ERRORS, RedisLink
+from kefu.cluster.redis_link import REDIS_ERRORS, RedisLink, close_client
 from kefu.mediaserver.bus import EventBus
 from kefu.mediaserver.events import RelayedEvent, event_json
 
@@ -141,4 +141,4 @@ class EventsBridge:
         }
 
     async def close(self) -> None:
-        await self._reader_client.aclose()
+        await close_client(self._reader_client)

@@ -26,7 +26,7 @@ import structlog
 
 from kefu.cluster.dialog_store import ReplicatedSessionStore
 from kefu.cluster.events_bridge import EventsBridge
-from kefu.cluster.redis_link import REDIS_ERRORS, RedisLink
+from kefu.cluster.redis_link import REDIS_ERRORS, RedisLink, stop_tasks
 from kefu.cluster.registry import NodeInfo, Registry
 from kefu.cluster.settings import ClusterConfig, StateConfig
 from kefu.mediaserver.bus import EventBus
@@ -274,9 +274,7 @@ class ClusterNode:
                 await self.registry.leave()
             except REDIS_ERRORS:
                 pass
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await stop_tasks(list(self._tasks))
         if self.bridge is not None:
             await self.bridge.close()
         await self.link.close()

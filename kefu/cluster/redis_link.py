@@ -13,7 +13,9 @@ happens.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -23,7 +25,7 @@ from redis.exceptions import RedisError
 
 from kefu.errors import StateUnavailable
 
-__all__ = ["REDIS_ERRORS", "RedisLink", "redacted"]
+__all__ = ["REDIS_ERRORS", "RedisLink", "close_client", "redacted", "stop_tasks"]
 
 log = structlog.get_logger("kefu.cluster")
 
@@ -33,6 +35,26 @@ REDIS_ERRORS: tuple[type[BaseException], ...] = (RedisError, OSError, asyncio.Ti
 OP_TIMEOUT_S = 3.0
 """Socket timeout of ordinary commands: one stalled this long counts as Redis lost. No turn
 waits on Redis, except a call's first on this node (its state is read once)."""
+
+
+CLOSE_TIMEOUT_S = 2.0
+"""How long closing a client may take: a connection left mid-command by a cancelled task
+must not hold a node's shutdown."""
+
+
+async def close_client(client: Any) -> None:
+    """Close a ``redis.asyncio`` client, giving up after :data:`CLOSE_TIMEOUT_S`."""
+    with contextlib.suppress(TimeoutError, *REDIS_ERRORS):
+        await asyncio.wait_for(client.aclose(), CLOSE_TIMEOUT_S)
+
+
+async def stop_tasks(tasks: Iterable[asyncio.Task[Any]]) -> None:
+    """Cancel ``tasks`` and wait for them, at most :data:`CLOSE_TIMEOUT_S`."""
+    pending = [task for task in tasks if not task.done()]
+    for task in pending:
+        task.cancel()
+    if pending:
+        await asyncio.wait(pending, timeout=CLOSE_TIMEOUT_S)
 
 
 def redacted(url: str) -> str:
@@ -137,4 +159,4 @@ class RedisLink:
         }
 
     async def close(self) -> None:
-        await self.client.aclose()
+        await close_client(self.client)

@@ -10,7 +10,7 @@ from helpers.poll import until
 
 from kefu.ai_bridge.dialog.state import DialogState
 from kefu.cluster.dialog_store import DIALOG_PREFIX, ReplicatedSessionStore
-from kefu.cluster.redis_link import RedisLink
+from kefu.cluster.redis_link import RedisLink, stop_tasks
 from loadtest.redis_peer import RedisPeer
 
 
@@ -28,9 +28,7 @@ async def stores(
     a, ta = await _store(redis_peer.url)
     b, tb = await _store(redis_peer.url)
     yield a, b
-    for task in (*ta, *tb):
-        task.cancel()
-    await asyncio.gather(*ta, *tb, return_exceptions=True)
+    await stop_tasks([*ta, *tb])
     await a.link.close()
     await b.link.close()
 

@@ -11,7 +11,7 @@ import pytest
 from helpers.poll import until
 
 from kefu.cluster.events_bridge import EventsBridge
-from kefu.cluster.redis_link import RedisLink
+from kefu.cluster.redis_link import RedisLink, stop_tasks
 from kefu.mediaserver.bus import EventBus
 from kefu.mediaserver.events import CallStarted, RelayedEvent
 from loadtest.redis_peer import RedisPeer
@@ -32,9 +32,7 @@ class _Node:
             self.tasks.append(asyncio.create_task(coro))
 
     async def close(self) -> None:
-        for task in self.tasks:
-            task.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await stop_tasks(self.tasks)
         await self.bridge.close()
         await self.link.close()
 
