@@ -17,7 +17,6 @@ a request itself and never forwards it again.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -30,6 +29,7 @@ from kefu.cluster.node import ClusterNode
 from kefu.cluster.redis_link import REDIS_ERRORS
 from kefu.signaling.http import CLAIMS_KEY, error_response
 from kefu.signaling.relay import HOP_HEADER, RELAY_KEY_HEADER
+from kefu.signaling.ws import key_matches
 
 __all__ = ["add_cluster_routes"]
 
@@ -42,8 +42,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def _hop(request: web.Request, key: str) -> bool:
-    given = request.headers.get(RELAY_KEY_HEADER, "").encode("utf-8", "surrogateescape")
-    return HOP_HEADER in request.headers and hmac.compare_digest(given, key.encode())
+    return HOP_HEADER in request.headers and key_matches(request, key)
 
 
 def add_cluster_routes(app: web.Application, node: ClusterNode, key: str) -> None:

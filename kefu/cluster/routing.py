@@ -18,17 +18,16 @@ here (the node runs on its own until Redis returns).
 
 from __future__ import annotations
 
-import json
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
 
 import structlog
 
 from kefu.cluster.node import ClusterNode
 from kefu.cluster.placement import choose_node
 from kefu.cluster.redis_link import REDIS_ERRORS
+from kefu.signaling.shards import json_object
 
 __all__ = ["ClusterRouting"]
 
@@ -37,14 +36,6 @@ log = structlog.get_logger("kefu.cluster")
 PLACED_MEMORY_S = 3.0
 """Rooms this node placed elsewhere count towards that node's load for this long (until its
 heartbeat has counted them)."""
-
-
-def _message(text: str | bytes) -> dict[str, Any] | None:
-    try:
-        value = json.loads(text)
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        return None
-    return value if isinstance(value, dict) else None
 
 
 class ClusterRouting:
@@ -71,7 +62,7 @@ class ClusterRouting:
 
     async def node_for(self, text: str | bytes) -> str | None:
         """The URL of the node that should serve this socket; None: this node."""
-        message = _message(text)
+        message = json_object(text)
         if message is None or not self.node.link.up:
             return None
         kind = message.get("type")

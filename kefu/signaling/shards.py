@@ -25,7 +25,7 @@ from collections import OrderedDict
 from collections.abc import Collection
 from typing import Any
 
-__all__ = ["ShardRouter", "shard_of"]
+__all__ = ["ShardRouter", "json_object", "shard_of"]
 
 FRONT = 0
 PLACED_GRACE_S = 10.0
@@ -40,7 +40,7 @@ def shard_of(room_id: str, shards: int) -> int:
     return int.from_bytes(digest, "big") % shards
 
 
-def _object(text: str | bytes) -> dict[str, Any] | None:
+def json_object(text: str | bytes) -> dict[str, Any] | None:
     try:
         value = json.loads(text)
     except (ValueError, UnicodeDecodeError, RecursionError):
@@ -84,7 +84,7 @@ class ShardRouter:
 
     def route(self, message_text: str | bytes, now: float) -> int | None:
         """The shard that should take a socket that sent this; None: not a join or resume."""
-        message = _object(message_text)
+        message = json_object(message_text)
         if message is None:
             return None
         kind = message.get("type")
@@ -141,7 +141,7 @@ class ShardRouter:
         """Read a message relayed back from ``shard``; returns the session a ``joined`` names."""
         if '"joined"' not in server_message:
             return None
-        message = _object(server_message)
+        message = json_object(server_message)
         if message is None or message.get("type") != "joined":
             return None
         session = message.get("session")
