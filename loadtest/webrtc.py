@@ -8,7 +8,10 @@ delayed by the round trip; :func:`best_correlation` measures how well.
 The token is minted with the server's own HS256 secret, read exactly as ``kefu token`` reads
 it (``--config`` / ``KEFU_*`` environment / ``[server] state_dir``), unless ``--token`` is
 given. ``--weights OUT.jsonl`` writes every avatar weights frame received on the room's
-``kefu-avatar`` channel as one JSON line (arrival ``t``, ``seq``, ``ts_ms``, 52 ARKit names).
+``kefu-avatar`` channel as one JSON line (arrival ``t``, ``seq``, ``ts_ms``, 52 ARKit names);
+``--video-record OUT.y4m`` asks for the avatar's video and writes it with ``OUT.y4m.times``
+(one arrival time per frame); ``--record``'s ``OUT.wav.times`` holds the arrival of the first
+sample. All three on one clock, ``time.time()`` in seconds.
 ``--relay-only`` forces TURN (RTCIceTransportPolicy.RELAY) with the TURN credentials
 kefu hands out in ``joined``; no relay candidate within ``--gather-timeout`` is an error
 with a readable message, not a hang.
@@ -45,6 +48,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--relay-only", action="store_true", help="use TURN relay candidates only")
     parser.add_argument("--gather-timeout", type=float, default=5.0, metavar="S")
     parser.add_argument("--json", dest="json_out", help="also write the JSON summary here")
+    parser.add_argument(
+        "--video-record",
+        default=None,
+        metavar="OUT.y4m",
+        help="ask for the avatar's video and write it (Y4M) with OUT.y4m.times, one arrival "
+        "time (time.time()) per frame",
+    )
     parser.add_argument(
         "--weights",
         metavar="OUT.jsonl",
@@ -123,9 +133,12 @@ async def run_call(
     relay_only: bool = False,
     gather_timeout_s: float = 5.0,
     weights: str | Path | None = None,
+    video_record: str | Path | None = None,
 ) -> dict[str, Any]:
     """Join, play, record, leave; returns a summary (never raises for refusals: see ``error``).
-    With ``weights``, the avatar frames received are written there (:func:`write_weights`)."""
+    With ``weights``, the avatar frames received are written there (:func:`write_weights`);
+    with ``video_record``, the client asks for the avatar's video and writes it there
+    (:mod:`loadtest.video_record`)."""
     from loadtest.webrtc_client import (
         NoRelayCandidates,
         PacedPcmTrack,
@@ -138,8 +151,14 @@ async def run_call(
     room = room or f"loadtest-{secrets.token_hex(4)}"
     token = token or mint_dev_token(room, config_path=config_path)
     seconds = seconds if seconds is not None else len(pcm) / RATE + 1.5
+    from loadtest.video_record import Y4mRecorder
+
+    recorder = Y4mRecorder(video_record) if video_record is not None else None
     client = WebRtcClient(
-        mic=PacedPcmTrack(pcm), relay_only=relay_only, gather_timeout_s=gather_timeout_s
+        mic=PacedPcmTrack(pcm),
+        relay_only=relay_only,
+        gather_timeout_s=gather_timeout_s,
+        video=recorder,
     )
     summary: dict[str, Any] = {
         "target": target,
@@ -164,6 +183,10 @@ async def run_call(
         heard = client.heard()
         await client.close()
     client.record_to(record)
+    if recorder is not None:
+        recorder.close()
+        summary["video_frames"] = recorder.frames
+        summary["video_size"] = list(recorder.size) if recorder.size else None
     if weights is not None:
         written, skipped = write_weights(client.avatar_frames, weights)
         summary["weights_frames"] = written
@@ -193,6 +216,7 @@ def main(args: argparse.Namespace) -> int:
             relay_only=args.relay_only,
             gather_timeout_s=args.gather_timeout,
             weights=args.weights,
+            video_record=args.video_record,
         )
     )
     text = json.dumps(summary, indent=2)

@@ -43,6 +43,7 @@ from kefu.errors import LocalError, RemoteError
 from kefu.sfu import ice
 from kefu.sfu.forward import mono_frame
 from kefu.sfu.mixer import RealTimePacer
+from loadtest.video_record import Y4mRecorder
 
 RATE = 48000
 FRAME = 960
@@ -159,8 +160,13 @@ class WebRtcClient:
         max_record_s: float = 120.0,
         relay_only: bool = False,
         gather_timeout_s: float = 5.0,
+        video: Y4mRecorder | None = None,
     ) -> None:
         self.mic = mic
+        self.video = video
+        """Where the avatar's video goes; with one, the client asks for video
+        (``avatar.mode``) as soon as its events channel opens."""
+        self.video_frames = 0
         self.host_addresses = host_addresses
         self.events: list[dict[str, Any]] = []
         self.avatar_frames: list[tuple[float, bytes]] = []
@@ -197,6 +203,9 @@ class WebRtcClient:
         )
         self.channel = pc.createDataChannel("kefu-events")
         self.channel.on("message", self._on_message)
+        if self.video is not None:
+            channel = self.channel
+            channel.on("open", lambda: channel.send('{"type":"avatar.mode","mode":"video"}'))
         # the avatar's weights: a stale frame is worth nothing, so no ordering, no retransmits
         self.avatar_channel = pc.createDataChannel("kefu-avatar", ordered=False, maxRetransmits=0)
         self.avatar_channel.on("message", self._on_avatar_message)
@@ -413,6 +422,17 @@ class WebRtcClient:
     def _on_track(self, track: MediaStreamTrack) -> None:
         if track.kind == "audio":
             self._spawn(self._record(track))
+        elif track.kind == "video" and self.video is not None:
+            self._spawn(self._record_video(track, self.video))
+
+    async def _record_video(self, track: MediaStreamTrack, recorder: Y4mRecorder) -> None:
+        try:
+            while True:
+                frame = await track.recv()
+                recorder.add(frame, time.time())
+                self.video_frames += 1
+        except MediaStreamError:
+            pass
 
     def _on_frame(self, track: MediaStreamTrack, pcm: np.ndarray) -> None:
         """Called with each received frame (mono, its own rate) as it arrives: a hook for

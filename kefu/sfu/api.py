@@ -29,6 +29,7 @@ from kefu.sfu import ice
 from kefu.sfu.errors import DuplicateParticipant, RoomFull, SfuLimit
 from kefu.sfu.forward import PacketSource, SfuCounters
 from kefu.sfu.participant import LocalParticipant, Participant, _Member
+from kefu.sfu.video import VideoFanout
 
 __all__ = ["LocalParticipant", "Participant", "PeerSettings", "Room", "RoomInfo", "Sfu"]
 
@@ -84,6 +85,8 @@ class Room:
     created_at: float = 0.0
     members: dict[str, _Member] = field(default_factory=dict)
     sources: dict[str, PacketSource] = field(default_factory=dict)
+    video_sources: dict[str, VideoFanout] = field(default_factory=dict)
+    """Published videos (the avatar's), sent to the members that ask for video."""
     closed: bool = False
     counters: SfuCounters = field(default_factory=SfuCounters)
     floor: Callable[[_Member], bool] | None = None
@@ -107,6 +110,27 @@ class Room:
             if member.id != owner_id:
                 member._subscribe(owner_id, source)
 
+    def video_sources_for(self, member_id: str) -> list[tuple[str, VideoFanout]]:
+        return [(owner, src) for owner, src in self.video_sources.items() if owner != member_id]
+
+    def add_video_source(self, owner_id: str, fanout: VideoFanout) -> None:
+        """Publish ``owner_id``'s video; members that asked for video get it at once."""
+        old = self.video_sources.get(owner_id)
+        if old is not None and old is not fanout:
+            self._drop_video(owner_id)
+        self.video_sources[owner_id] = fanout
+        for member in list(self.members.values()):
+            if member.id != owner_id:
+                member._offer_video(owner_id, fanout)
+
+    def _drop_video(self, owner_id: str) -> None:
+        fanout = self.video_sources.pop(owner_id, None)
+        if fanout is not None:
+            fanout.close()
+            for other in list(self.members.values()):
+                if isinstance(other, Participant) and owner_id in other.video:
+                    other._unsubscribe(owner_id)
+
     def broadcast(self, event: dict[str, Any], *, sender: str | None) -> None:
         for member in list(self.members.values()):
             member._deliver(event)
@@ -125,6 +149,9 @@ class Room:
         source = self.sources.pop(member.id, None)
         if source is not None:
             source.close()
+        fanout = self.video_sources.pop(member.id, None)
+        if fanout is not None:
+            fanout.close()
         for other in list(self.members.values()):
             other._unsubscribe(member.id)
         self.broadcast({"type": "participant_left", "participant": member.id}, sender=None)
@@ -207,6 +234,14 @@ class Sfu:
         out["rooms"] = len(self._rooms)
         out["participants"] = sum(len(room.members) for room in self._rooms.values())
         return out
+
+    def publish_video(self, room_id: str, owner_id: str, fanout: VideoFanout) -> bool:
+        """Publish ``fanout`` as ``owner_id``'s video in ``room_id`` (False: no such member)."""
+        room = self._rooms.get(room_id)
+        if room is None or owner_id not in room.members:
+            return False
+        room.add_video_source(owner_id, fanout)
+        return True
 
     def set_floor(self, room_id: str, floor: Callable[[_Member], bool] | None) -> None:
         """Who of ``room_id`` may be heard from now on (see :attr:`Room.floor`)."""

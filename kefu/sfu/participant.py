@@ -29,6 +29,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from aiortc import (
+    MediaStreamTrack,
     RTCConfiguration,
     RTCDataChannel,
     RTCIceServer,
@@ -42,6 +43,7 @@ from kefu.sfu import ice, stable_ids
 from kefu.sfu.errors import BadCandidate, BadSdp, BadSignalingState, ParticipantGone
 from kefu.sfu.forward import DropOldest, EncodedTrack, PacketSource, tap_receiver
 from kefu.sfu.mixer import AudioMixer, LocalPublisher
+from kefu.sfu.video import VideoFanout, VideoTrack
 
 if TYPE_CHECKING:
     from kefu.sfu.api import PeerSettings, Room
@@ -51,6 +53,9 @@ AVATAR_LABEL = "kefu-avatar"
 """Binary avatar frames (docs/avatar.md); the client creates it unordered, no retransmits."""
 AVATAR_MAX_BUFFERED = 16 * 1024
 """A frame is dropped (and counted) while the avatar channel holds more unsent bytes."""
+AVATAR_MODES = ("video", "weights", "off")
+"""What a client asks of the avatar with ``{"type": "avatar.mode", "mode": …}`` on its events
+channel: the rendered video track (and the weights), the weights only, or nothing."""
 MAX_SDP = 64 * 1024
 _SDP_LINE = re.compile(r"^[a-z]=[^\x00-\x08\x0b\x0c\x0e-\x1f]*$")
 
@@ -117,6 +122,9 @@ class _Member:
     def _deliver_binary(self, data: bytes) -> None:
         """Binary frames (the avatar's weights); in-process members have no use for them."""
 
+    def _offer_video(self, owner_id: str, fanout: VideoFanout) -> None:
+        """``owner_id`` published video; in-process members have no use for it."""
+
     def _last_activity(self) -> float:
         raise NotImplementedError
 
@@ -145,6 +153,10 @@ class Participant(_Member):
         self.avatar_dropped = 0
         """Avatar frames not sent because the channel was closed or backed up."""
         self._avatar: RTCDataChannel | None = None
+        self.avatar_mode = "weights"
+        """What this client asked of the avatar (:data:`AVATAR_MODES`); video only on request."""
+        self.video: dict[str, tuple[RTCRtpSender, VideoTrack]] = {}
+        """The room's published videos this client receives, by publisher."""
         self._settings = settings
         self._state_since = now
         self._renegotiate_pending = False
@@ -244,6 +256,9 @@ class Participant(_Member):
         for _, track in self.subscriptions.values():
             track.stop()
         self.subscriptions.clear()
+        for _, video in self.video.values():
+            video.stop()
+        self.video.clear()
         self._outbox.close()
         await self.pc.close()
         self._set_state("closed")
@@ -276,17 +291,21 @@ class Participant(_Member):
             self._request_renegotiation()
 
     def _unsubscribe(self, owner_id: str) -> None:
-        entry = self.subscriptions.pop(owner_id, None)
-        if entry is None or self._closed:
+        entries: list[tuple[RTCRtpSender, MediaStreamTrack]] = []
+        for subscribed in (self.subscriptions, self.video):
+            entry = subscribed.pop(owner_id, None)
+            if entry is not None:
+                entries.append(entry)
+        if not entries or self._closed:
             return
-        sender, track = entry
-        track.stop()
-        # aiortc has no removeTrack: free the sender (addTrack may reuse it) and stop sending
-        sender.replaceTrack(None)
-        for transceiver in self.pc.getTransceivers():
-            if transceiver.sender is sender:
-                receiving = transceiver.direction in ("sendrecv", "recvonly")
-                transceiver.direction = "recvonly" if receiving else "inactive"
+        for sender, track in entries:
+            track.stop()
+            # aiortc has no removeTrack: free the sender (addTrack may reuse it), stop sending
+            sender.replaceTrack(None)
+            for transceiver in self.pc.getTransceivers():
+                if transceiver.sender is sender:
+                    receiving = transceiver.direction in ("sendrecv", "recvonly")
+                    transceiver.direction = "recvonly" if receiving else "inactive"
         self._request_renegotiation()
 
     def _deliver(self, event: dict[str, Any]) -> None:
@@ -299,13 +318,42 @@ class Participant(_Member):
 
     def _deliver_binary(self, data: bytes) -> None:
         channel = self._avatar
-        if self._closed or channel is None:
+        if self._closed or channel is None or self.avatar_mode == "off":
             return
         # a stale frame is worth nothing: never queue behind a subscriber that does not read
         if channel.readyState != "open" or channel.bufferedAmount > AVATAR_MAX_BUFFERED:
             self.avatar_dropped += 1
             return
         channel.send(data)
+
+    def _offer_video(self, owner_id: str, fanout: VideoFanout) -> None:
+        if self.avatar_mode == "video":
+            self._want_video(owner_id, fanout, True)
+
+    def set_avatar_mode(self, mode: str) -> None:
+        """Follow the client's ``avatar.mode``: subscribe to the room's videos on the first
+        "video" (a server offer adds the track), pause or resume them after that."""
+        if mode not in AVATAR_MODES or self._closed:
+            return
+        self.avatar_mode = mode
+        for owner_id, fanout in self._room.video_sources_for(self.id):
+            self._want_video(owner_id, fanout, mode == "video")
+
+    def _want_video(self, owner_id: str, fanout: VideoFanout, wanted: bool) -> None:
+        entry = self.video.get(owner_id)
+        if entry is not None:
+            fanout.set_wanted(entry[1], wanted)
+            return
+        if not wanted:
+            return
+        if self.state != "connected":
+            # A transceiver added before the connection is up gets a transport of its own that
+            # holds aiortc's connectionState at "connecting"; _on_connection_state comes back.
+            return
+        track = fanout.subscribe()
+        sender = self.pc.addTrack(track)
+        self.video[owner_id] = (sender, track)
+        self._request_renegotiation()
 
     def _last_activity(self) -> float:
         packet_at = self.source.last_packet_at if self.source else None
@@ -350,15 +398,24 @@ class Participant(_Member):
             event = json.loads(message)
         except ValueError:
             return
+        if isinstance(event, dict) and event.get("type") == "avatar.mode":
+            self.set_avatar_mode(str(event.get("mode")))
+            return  # a request to the server, not news for the room
         if isinstance(event, dict):
             # the browser cannot speak for someone else
             self._room.broadcast({**event, "from": self.id}, sender=self.id)
 
     def _on_connection_state(self) -> None:
         state = self.pc.connectionState
+        if state == "connecting" and self.state == "connected":
+            # aiortc counts the transport of a transceiver added for a renegotiation (not yet
+            # bundled) as connecting: the live connection has not gone anywhere.
+            return
         if state in ("connecting", "connected", "failed", "closed"):
             self._set_state(state)
         if state == "connected":
+            if self.avatar_mode == "video" and self._room.video_sources_for(self.id):
+                self.set_avatar_mode("video")
             self._after_stable()
         if state in ("failed", "closed") and not self._closed:
             self._room.spawn(self.leave())
