@@ -8,6 +8,13 @@
 //   roomevent [{event}]  a room event (transcript, call state...), deduplicated
 //   participants [{participants}]  the others in the room
 //   rejoin  [{attempt}]  the session was lost with its server: joining the room again
+//   avatarframe [{data}]  one binary message of the kefu-avatar channel (an ArrayBuffer: a
+//                          60-byte face-weights frame, docs/avatar.md; avatar_playout.js decodes)
+//
+// Data channels: "kefu-events" (JSON room events both ways; the page sends
+// {"type": "avatar.mode", "mode": "video" | "weights" | "off"} on it when it opens and on
+// every setAvatarMode) and "kefu-avatar" (unordered, no retransmits: the server's face
+// weights; nothing is sent on it).
 
 const RESUMABLE_CLOSE_CODES = new Set([1006, 1009, 1011, 1012, 1013, 4408, 4429]);
 const FINAL_ERRORS = {
@@ -21,6 +28,9 @@ const FINAL_ERRORS = {
   internal: "The server had a problem. Please call again.",
 };
 const MAX_REJOINS = 3;
+export const AVATAR_MODES = ["video", "weights", "off"];
+export const EVENTS_CHANNEL = "kefu-events";
+export const AVATAR_CHANNEL = "kefu-avatar";
 const CLOSE_TO_CODE = {
   4401: "bad_token", 4403: "forbidden", 4404: "unknown_room", 4409: "room_full",
   4410: "unknown_session", 4503: "node_full", 1011: "internal",
@@ -50,7 +60,7 @@ export function microphoneError(err) {
 
 export class KefuCall extends EventTarget {
   constructor({ token, room, display = "", relayOnly = false, location = window.location,
-                resumeGraceMs = 20000, connectTimeoutMs = 8000 }) {
+                resumeGraceMs = 20000, connectTimeoutMs = 8000, avatarMode = "video" }) {
     super();
     this.token = token;
     this.room = room;
@@ -66,6 +76,8 @@ export class KefuCall extends EventTarget {
     this.ws = null;
     this.mic = null;
     this.channel = null;
+    this.avatarChannel = null;
+    this.avatarMode = AVATAR_MODES.includes(avatarMode) ? avatarMode : "video";
     this._everOpened = false;
     this._earlyCandidates = [];
     this._seenEvents = [];
@@ -96,6 +108,26 @@ export class KefuCall extends EventTarget {
     for (const track of this.mic.getAudioTracks()) track.enabled = !muted;
   }
 
+  // How the agent's avatar reaches this page: "video" (the server's video track), "weights"
+  // (face weights on kefu-avatar, drawn here) or "off". Told to the server now if the events
+  // channel is open, else when it opens (and again on every new peer connection).
+  setAvatarMode(mode) {
+    if (!AVATAR_MODES.includes(mode)) throw new TypeError(`avatar mode must be one of ${AVATAR_MODES.join(", ")}`);
+    this.avatarMode = mode;
+    this._sendAvatarMode();
+  }
+
+  _sendAvatarMode() {
+    const channel = this.channel;
+    if (!channel || channel.readyState !== "open") return false;
+    try {
+      channel.send(JSON.stringify({ type: "avatar.mode", mode: this.avatarMode }));
+      return true;
+    } catch {
+      return false; // closing: the next channel's open sends it
+    }
+  }
+
   // What the tests (and a curious user in the console) read: inbound/outbound audio and the
   // ICE candidate types in use.
   async stats() {
@@ -108,7 +140,9 @@ export class KefuCall extends EventTarget {
       if (s.type === "inbound-rtp") {
         out.inbound.push({ kind: s.kind, ssrc: s.ssrc, packetsReceived: s.packetsReceived || 0,
           audioLevel: s.audioLevel || 0, totalAudioEnergy: s.totalAudioEnergy || 0,
-          trackIdentifier: s.trackIdentifier || null });
+          trackIdentifier: s.trackIdentifier || null, framesDecoded: s.framesDecoded || 0,
+          jitterBufferDelay: s.jitterBufferDelay || 0,
+          jitterBufferEmittedCount: s.jitterBufferEmittedCount || 0 });
       } else if (s.type === "outbound-rtp") {
         out.outbound.push({ kind: s.kind, packetsSent: s.packetsSent || 0 });
       } else if (s.type === "transport" && s.selectedCandidatePairId) {
@@ -260,6 +294,7 @@ export class KefuCall extends EventTarget {
     const old = this.pc;
     this.pc = null;
     this.channel = null;
+    this.avatarChannel = null;
     if (old) {
       old.onconnectionstatechange = null;
       old.close();
@@ -282,10 +317,19 @@ export class KefuCall extends EventTarget {
     for (const track of this.mic.getTracks()) pc.addTrack(track, this.mic);
     // No video transceiver of our own: when the room gets video (the avatar, an agent's
     // camera) the server's renegotiation offer adds it and ontrack plays it.
-    this.channel = pc.createDataChannel("kefu-events");
-    this.channel.onmessage = (ev) => {
+    const events = pc.createDataChannel(EVENTS_CHANNEL);
+    this.channel = events;
+    events.onopen = () => { if (events === this.channel) this._sendAvatarMode(); };
+    events.onmessage = (ev) => {
       try { this._onRoomEvent(JSON.parse(ev.data)); } catch { /* not JSON: not ours */ }
     };
+    // The avatar's face weights: a late frame is worth nothing, so no order, no retransmits.
+    const avatar = pc.createDataChannel(AVATAR_CHANNEL, { ordered: false, maxRetransmits: 0 });
+    avatar.binaryType = "arraybuffer";
+    avatar.onmessage = (ev) => {
+      if (pc === this.pc && ev.data instanceof ArrayBuffer) this._emit("avatarframe", { data: ev.data });
+    };
+    this.avatarChannel = avatar;
     pc.onicecandidate = (ev) => {
       this._send({ type: "candidate", candidate: ev.candidate ? ev.candidate.toJSON() : null });
     };

@@ -1,6 +1,8 @@
 // The caller page's call logic (kefu/web/call.js) against a fake WebSocket and peer
 // connection: a dropped socket resumes its session; a session its server lost (a cluster
-// node died) joins the room again with a new peer connection. `node --test tests/web/`.
+// node died) joins the room again with a new peer connection; the data channels (kefu-events,
+// and kefu-avatar for the avatar's face weights) and the avatar mode the page asks for.
+// `node --test tests/web/`.
 
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -23,6 +25,22 @@ class FakeSocket {
   types() { return this.sent.map((m) => m.type); }
 }
 
+class FakeChannel {
+  constructor(label, options) {
+    this.label = label;
+    this.options = options;
+    this.readyState = "connecting";
+    this.binaryType = "blob";
+    this.sent = [];
+  }
+  send(text) {
+    if (this.readyState !== "open") throw new Error("InvalidStateError");
+    this.sent.push(JSON.parse(text));
+  }
+  open() { this.readyState = "open"; if (this.onopen) this.onopen(); }
+  receive(data) { this.onmessage({ data }); }
+}
+
 class FakePeer {
   static all = [];
   constructor(config) {
@@ -30,10 +48,16 @@ class FakePeer {
     this.closed = false;
     this.connectionState = "new";
     this.localDescription = null;
+    this.channels = [];
     FakePeer.all.push(this);
   }
   addTrack() {}
-  createDataChannel() { return {}; }
+  createDataChannel(label, options) {
+    const channel = new FakeChannel(label, options);
+    this.channels.push(channel);
+    return channel;
+  }
+  channel(label) { return this.channels.find((c) => c.label === label); }
   async createOffer() { return { type: "offer", sdp: `v=0 offer ${FakePeer.all.length}` }; }
   async setLocalDescription(d) { this.localDescription = d; }
   close() { this.closed = true; }
@@ -52,10 +76,11 @@ const { KefuCall } = await import(`data:text/javascript;charset=utf-8,${encodeUR
 const tick = (ms = 0) => new Promise((resolve) => setTimeout(resolve, ms));
 const last = () => FakeSocket.all[FakeSocket.all.length - 1];
 
-async function joinedCall() {
+async function joinedCall(options = {}) {
   FakeSocket.all = [];
   FakePeer.all = [];
-  const call = new KefuCall({ token: "tok", room: "lobby", location: { protocol: "http:", host: "kefu:8080" } });
+  const call = new KefuCall({ token: "tok", room: "lobby", location: { protocol: "http:", host: "kefu:8080" },
+    ...options });
   const seen = { states: [], errors: [], rejoins: [] };
   call.addEventListener("state", (e) => seen.states.push(e.detail.state));
   call.addEventListener("error", (e) => seen.errors.push(e.detail.code));
@@ -145,4 +170,84 @@ test("unknown_session outside a reconnect is final, as before", async () => {
   assert.deepEqual(seen.errors, ["unknown_session"]);
   assert.equal(call.state, "ended");
   assert.deepEqual(seen.rejoins, []);
+});
+
+test("the page opens kefu-avatar unordered without retransmits, next to kefu-events", async () => {
+  const { call } = await joinedCall();
+  const [pc] = FakePeer.all;
+  assert.deepEqual(pc.channels.map((c) => c.label), ["kefu-events", "kefu-avatar"]);
+  const avatar = pc.channel("kefu-avatar");
+  assert.deepEqual(avatar.options, { ordered: false, maxRetransmits: 0 });
+  assert.equal(avatar.binaryType, "arraybuffer");
+  assert.equal(pc.channel("kefu-events").options, undefined); // reliable and ordered, as before
+  assert.equal(call.avatarChannel, avatar);
+  // Its binary messages come out as avatarframe events; anything else is not a frame.
+  const frames = [];
+  call.addEventListener("avatarframe", (e) => frames.push(e.detail.data));
+  avatar.open();
+  const frame = new Uint8Array(60).fill(7).buffer;
+  avatar.receive(frame);
+  avatar.receive("not binary");
+  assert.deepEqual(frames, [frame]);
+  assert.deepEqual(avatar.sent, []); // the page never sends on it
+  call.hangUp();
+});
+
+test("the avatar mode goes to the server when kefu-events opens and on every change", async () => {
+  const { call } = await joinedCall();
+  const events = FakePeer.all[0].channel("kefu-events");
+  call.setAvatarMode("weights"); // not open yet: nothing sent, the choice is kept
+  assert.deepEqual(events.sent, []);
+  events.open();
+  assert.deepEqual(events.sent, [{ type: "avatar.mode", mode: "weights" }]);
+  call.setAvatarMode("video");
+  call.setAvatarMode("off");
+  assert.deepEqual(events.sent.slice(1), [{ type: "avatar.mode", mode: "video" }, { type: "avatar.mode", mode: "off" }]);
+  assert.throws(() => call.setAvatarMode("hologram"), TypeError);
+  assert.equal(call.avatarMode, "off");
+  // Room events still arrive on the same channel.
+  const seen = [];
+  call.addEventListener("roomevent", (e) => seen.push(e.detail.event));
+  events.receive(JSON.stringify({ type: "transcript.final", speaker: "bot", text: "hi" }));
+  assert.deepEqual(seen, [{ type: "transcript.final", speaker: "bot", text: "hi" }]);
+  call.hangUp();
+  call.setAvatarMode("weights"); // after the call: no throw
+});
+
+test("the initial avatar mode comes from the options and survives joining again", async () => {
+  const { call } = await joinedCall({ avatarMode: "weights" });
+  const first = FakePeer.all[0].channel("kefu-events");
+  first.open();
+  assert.deepEqual(first.sent, [{ type: "avatar.mode", mode: "weights" }]);
+  call.setAvatarMode("off");
+  await dropAndResume();
+  last().receive({ type: "error", code: "unknown_session", message: "gone" });
+  last().open();
+  last().receive({ type: "joined", session: "s2", participant: "p2", participants: [], heartbeat_s: 60 });
+  await tick();
+  assert.equal(FakePeer.all.length, 2);
+  const second = FakePeer.all[1].channel("kefu-events");
+  assert.equal(call.channel, second);
+  assert.equal(call.avatarChannel, FakePeer.all[1].channel("kefu-avatar"));
+  second.open();
+  assert.deepEqual(second.sent, [{ type: "avatar.mode", mode: "off" }]);
+  // The old peer's channels opening late send nothing and deliver no frames.
+  const frames = [];
+  call.addEventListener("avatarframe", (e) => frames.push(e.detail.data));
+  first.sent.length = 0;
+  first.readyState = "connecting";
+  first.open();
+  assert.deepEqual(first.sent, []);
+  FakePeer.all[0].channel("kefu-avatar").receive(new ArrayBuffer(60));
+  assert.deepEqual(frames, []);
+  call.hangUp();
+});
+
+test("an unknown avatar mode in the options falls back to video", async () => {
+  const { call } = await joinedCall({ avatarMode: "3d" });
+  assert.equal(call.avatarMode, "video");
+  const events = FakePeer.all[0].channel("kefu-events");
+  events.open();
+  assert.deepEqual(events.sent, [{ type: "avatar.mode", mode: "video" }]);
+  call.hangUp();
 });

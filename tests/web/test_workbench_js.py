@@ -1,5 +1,9 @@
-"""The pages' logic under node's own test runner: the workbench (kefu/web/workbench.js) and
-the caller page's call (kefu/web/call.js: resume, and joining again when a node is lost)."""
+"""The pages' logic under node's own test runner: the workbench (kefu/web/workbench.js), the
+caller page's call (kefu/web/call.js: resume, joining again when a node is lost, the data
+channels and the avatar mode) and its avatar (kefu/web/avatar_mesh.js: the head mesh;
+avatar_playout.js: the weights frame, the playout, the audio delay; avatar_view.js: what the
+avatar box shows; avatar_canvas.js: the WebGL view against a stub; avatar_support.mjs is what
+those suites share)."""
 
 from __future__ import annotations
 
@@ -13,7 +17,17 @@ HERE = Path(__file__).resolve().parent
 
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
-@pytest.mark.parametrize("suite", ["workbench.test.mjs", "call.test.mjs"])
+@pytest.mark.parametrize(
+    "suite",
+    [
+        "workbench.test.mjs",
+        "call.test.mjs",
+        "avatar_mesh.test.mjs",
+        "avatar_playout.test.mjs",
+        "avatar_view.test.mjs",
+        "avatar_canvas.test.mjs",
+    ],
+)
 def test_page_logic_passes_its_node_tests(suite: str) -> None:
     run = subprocess.run(
         ["node", "--test", str(HERE / suite)],
