@@ -98,6 +98,12 @@ def main(argv: list[str] | None = None) -> int:
         sub.add_parser("avatar-sync", help="lip-sync offset of the avatar's weights vs the audio")
     )
 
+    from loadtest import outbound
+
+    outbound.add_arguments(
+        sub.add_parser("outbound", help="kefu places calls through a digest-challenging SIPp")
+    )
+
     from loadtest import flood
 
     flood.add_arguments(
@@ -141,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "flood":
         return flood.main(args)
+    if args.command == "outbound":
+        return outbound.main(args)
     if args.command == "avatar-sync":
         return avatar_sync.main(args)
     if args.command == "understanding":

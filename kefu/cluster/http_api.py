@@ -6,6 +6,8 @@
 * Call control for a call another node hosts: ``POST /api/calls/<id>/...`` is forwarded to
   that node (same method, body and token; it checks the token again) and its answer returned,
   so a workbench on any node can take over, hand back, transfer or hang up any call.
+* ``POST /api/calls`` (an outbound call) is placed by the node that took the request: it
+  is neither forwarded nor aggregated (only ``/api/calls/<id>/...`` is forwarded).
 * ``GET /api/calls`` lists every node's calls (each node's own list, asked in parallel; a
   node that does not answer within :data:`ASK_TIMEOUT_S` is left out and named in
   ``unreachable``).

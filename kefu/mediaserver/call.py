@@ -81,6 +81,14 @@ class Call:
     """The human who holds the call while ``human_active``."""
     recording: Any = None
     """Its :class:`~kefu.mediaserver.recording.CallRecording` (``calls.record``), or None."""
+    direction: str = "inbound"
+    """``inbound`` (the trunk called kefu) or ``outbound`` (kefu called: POST /api/calls)."""
+    callee_uri: str = ""
+    """An outbound call's called URI."""
+    media_mode: str | None = None
+    """This call's media mode (an outbound call's ``media_mode``); None: ``calls.media_mode``."""
+    context: dict[str, Any] = field(default_factory=dict)
+    """An outbound call's ``context`` object, as the API was given it."""
     _agent_room_opening: asyncio.Future[AgentRoom] | None = None
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
     end_reason: str | None = None
@@ -219,7 +227,9 @@ class Call:
             "created": self.created,
             "answered": self.answered,
             "channel": "sip",
+            "direction": self.direction,
             "caller": self.caller_uri,
+            **({"callee": self.callee_uri, "context": self.context} if self.callee_uri else {}),
             "room": self.agent_room.room_id if self.agent_room is not None else None,
             "owner": self.owner,
             "codec": n.codec if n else None,

@@ -52,12 +52,111 @@ def _parser() -> argparse.ArgumentParser:
     decrypt.add_argument("--out", metavar="FILE", help="default: FILE without .sm4, or FILE.txt")
     keygen = sub.add_parser("keygen", help="write a new SM4 key file (privacy.key_file)")
     keygen.add_argument("path", metavar="KEY")
+    call = sub.add_parser(
+        "call",
+        help="place an outbound call on a running server (POST /api/calls)",
+        description=CALL_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    call.add_argument("to", metavar="sip:USER@HOST", help="whom to call")
+    call.add_argument("--mode", choices=MEDIA_MODES, help="media mode (default: the server's)")
+    call.add_argument("--from", dest="from_", metavar="URI_OR_USER", help="kefu's From")
+    call.add_argument("--context", metavar="JSON", help="a JSON object the call carries")
+    call.add_argument("--server", metavar="URL", help="default: http:// + http.listen")
+    call.add_argument(
+        "--token",
+        metavar="JWT",
+        help="agent/admin token (default: $KEFU_TOKEN, "
+        "else one minted with this installation's auth.jwt_secret)",
+    )
+    call.add_argument("--config", metavar="FILE")
+    call.add_argument("--no-wait", action="store_true", help="exit once the call is placed")
+    call.add_argument(
+        "--timeout",
+        type=float,
+        default=90.0,
+        metavar="S",
+        help="longest wait for the answer (default 90)",
+    )
+    call.add_argument("--json", action="store_true", help="print the outcome as one JSON line")
     kb = sub.add_parser("kb", help="knowledge base")
     kb_sub = kb.add_subparsers(dest="kb_command", required=True)
     kb_import = kb_sub.add_parser("import", help="import Markdown, CSV or JSONL files")
     kb_import.add_argument("paths", nargs="+", metavar="PATH")
     kb_import.add_argument("--config", metavar="FILE")
     return parser
+
+
+CALL_HELP = """\
+Places an outbound call through a running kefu's trunk and waits until it is answered or
+fails (docs/trunk.md#outbound-calls). Prints the call id, then the outcome.
+
+exit status:
+  0  answered (with --no-wait: placed)
+  1  not answered: the SIP status and reason are printed (busy, 487 after the ring
+     timeout, 401/407 when the trunk refused kefu's credentials...), or --timeout passed
+  2  bad arguments, or the server refused the request (400: bad URI, unknown mode...)
+  3  the server cannot be reached, refused the token (401/403) or cannot call now (503)
+"""
+
+
+def _call(args: argparse.Namespace) -> int:
+    import json
+    import os
+
+    from kefu.signaling.call_client import place_call
+    from kefu.signaling.tokens import mint_token
+
+    body: dict[str, Any] = {"to": args.to}
+    if args.mode:
+        body["media_mode"] = args.mode
+    if args.from_:
+        body["from"] = args.from_
+    if args.context is not None:
+        try:
+            body["context"] = json.loads(args.context)
+        except ValueError as exc:
+            print(f"kefu: call: --context is not JSON: {exc}", file=sys.stderr)  # noqa: T201
+            return 2
+    token = args.token or os.environ.get("KEFU_TOKEN")
+    server = args.server
+    if token is None or server is None:
+        config = load_config(args.config)
+        token = token or mint_token(jwt_secret(config), "kefu-cli", "agent", 600.0, None)
+        server = server or f"http://{config.http.listen}"
+    outcome = asyncio.run(
+        place_call(server, token, body, wait=not args.no_wait, wait_s=args.timeout)
+    )
+    code = {"answered": 0, "dialing": 0, "failed": 1, "ended": 1, "timeout": 1}.get(
+        outcome.result, 3
+    )
+    if outcome.result == "refused" and outcome.http_status == 400:
+        code = 2
+    if args.json:
+        line = {
+            "result": outcome.result,
+            "call_id": outcome.call_id,
+            "http_status": outcome.http_status,
+            "sip_status": outcome.sip_status,
+            "reason": outcome.reason,
+            "error": outcome.error,
+        }
+        print(json.dumps(line))  # noqa: T201
+        return code
+    if outcome.call_id:
+        print(f"call {outcome.call_id} to {args.to}")  # noqa: T201
+    if outcome.result == "answered":
+        answered = outcome.events[-1]
+        print(f"answered in {answered.get('setup_ms')} ms ({answered.get('codec')})")  # noqa: T201
+    elif outcome.result == "failed":
+        print(f"failed: {outcome.sip_status} {outcome.reason}")  # noqa: T201
+    elif outcome.result in ("dialing", "ended", "timeout"):
+        print(outcome.result)  # noqa: T201
+    else:
+        what = outcome.error.get("message") or outcome.reason or outcome.result
+        status = f" ({outcome.http_status})" if outcome.http_status else ""
+        print(f"kefu: call: {outcome.result}{status}: {what}", file=sys.stderr)  # noqa: T201
+    return code
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
@@ -150,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
             return _kb_import(args)
         if args.command in ("decrypt", "keygen"):
             return _privacy(args)
+        if args.command == "call":
+            return _call(args)
     except ConfigError as exc:
         print(f"kefu: configuration error: {exc}", file=sys.stderr)  # noqa: T201
         return 2

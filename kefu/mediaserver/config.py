@@ -22,6 +22,7 @@ from kefu.ai_bridge.listen.asr.language import LANGUAGE_MODES, check_language_ma
 from kefu.ai_bridge.settings import AiSettings
 from kefu.cluster.settings import ClusterConfig, StateConfig, check_cluster
 from kefu.errors import ConfigError
+from kefu.mediaserver.trunk_config import TrunkConfig, check_trunk
 from kefu.rtp.session import LATCHING_MODES, Latching
 from kefu.signaling.api_access import TransferAllowList
 
@@ -220,6 +221,8 @@ class Config:
     privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
     state: StateConfig = field(default_factory=StateConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    trunk: TrunkConfig = field(default_factory=TrunkConfig)
+    """Outbound calls (kefu.mediaserver.trunk_config)."""
 
     @property
     def state_path(self) -> Path:
@@ -379,6 +382,9 @@ def _validate(config: Config) -> Config:
     cluster_problem = check_cluster(config.state, config.cluster)
     if cluster_problem is not None:
         raise ConfigError(cluster_problem[1], key=cluster_problem[0])
+    trunk_problem = check_trunk(config.trunk)
+    if trunk_problem is not None:
+        raise ConfigError(trunk_problem[1], key=trunk_problem[0])
     if config.calls.prompt_wav and not Path(config.calls.prompt_wav).is_file():
         raise ConfigError(
             f"calls.prompt_wav: no such file {config.calls.prompt_wav!r}", key="calls.prompt_wav"

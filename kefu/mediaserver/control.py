@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from kefu.errors import CallStateConflict
+from kefu.errors import CallStateConflict, ResourceExhausted
 from kefu.mediaserver.assign import HeldCall, assign, holds, require_holder
 from kefu.mediaserver.call_state import CallState
 from kefu.mediaserver.events import AgentNote, event_json
@@ -23,6 +23,7 @@ from kefu.mediaserver.room_calls import ROOM_CALL_PREFIX
 from kefu.mediaserver.worker_link import WorkerLink
 from kefu.signaling.api_access import TransferAllowList
 from kefu.signaling.client_address import CLIENT_ADDRESS_KEY, ClientAddress
+from kefu.signaling.dial_request import DialRequest
 from kefu.signaling.events_ws import EventStream, add_event_routes
 from kefu.signaling.http import build_app
 from kefu.signaling.shards import FRONT
@@ -85,7 +86,12 @@ class CallControl:
         allow = TransferAllowList(
             s.config.calls.transfer_allow, default=s.config.sip.transfer_target
         )
-        app = build_app(self, auth=s.signaling.auth, transfer_allow=allow)
+        app = build_app(
+            self,
+            auth=s.signaling.auth,
+            transfer_allow=allow,
+            max_context_bytes=s.config.trunk.max_context_bytes,
+        )
         app[CLIENT_ADDRESS_KEY] = ClientAddress(s.config.http.trusted_proxies)
         self.events = add_event_routes(app, s.bus, event_json, s.signaling.auth)
         return app
@@ -128,6 +134,14 @@ class CallControl:
         call = self.server.lifecycle.by_id(call_id)
         require_holder(call, who, "transfer", supervisor=supervisor)
         self.server.dispatch.transfer(call, target)
+
+    async def dial(self, request: DialRequest, who: str = "api") -> dict[str, Any]:
+        """Place an outbound call (kefu.mediaserver.outbound): its id, ``dialing``.
+        ResourceExhausted: cannot take a call now; ValueError: cannot route ``request.to``."""
+        if self.server.worker is not None or self.server.sip_address is None:
+            raise ResourceExhausted("this process has no SIP transport")
+        call = await self.server.dispatch.dialer.place(request, who)
+        return {"call_id": call.id, "state": "dialing", "to": call.callee_uri}
 
     def hangup(self, call_id: str, who: str = "api", *, supervisor: bool = True) -> None:
         call = self.server.lifecycle.by_id(call_id)

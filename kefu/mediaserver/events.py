@@ -103,6 +103,54 @@ class CallAssigned(CallEvent):
 
 
 @dataclass(frozen=True, slots=True)
+class CallDialing(CallEvent):
+    """kefu sent the INVITE of an outbound call (``POST /api/calls``, ``kefu call``)."""
+
+    to: str
+    """The called URI."""
+    from_uri: str
+    """kefu's From URI for the call."""
+    media_mode: str
+    """What the call runs once answered: ``ai``, ``echo`` or ``prompt``."""
+    context: dict[str, Any]
+    """The request's ``context`` object, as given (``{}`` when none)."""
+    by: str
+    """Who asked (the token's user)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CallRinging(CallEvent):
+    """A provisional response (180, 183...) to an outbound call's INVITE."""
+
+    status: int
+    reason: str
+    early_media: bool
+    """The response carried an SDP answer (early media)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CallAnswered(CallEvent):
+    """The outbound call was answered (2xx, ACK sent) and its media mode runs."""
+
+    setup_ms: float
+    """From the first INVITE sent to the 2xx, challenges and redirects included."""
+    codec: str
+    """The negotiated codec."""
+
+
+@dataclass(frozen=True, slots=True)
+class CallFailed(CallEvent):
+    """The outbound call was not answered; ``call.ended`` follows."""
+
+    status: int
+    """The SIP status: the final response (486, 487 after a ring timeout, 401/407 when
+    authentication failed, 408 without any answer), or 0 when kefu gave up on its own."""
+    reason: str
+    """Why, in words (the reason phrase or kefu's own, e.g. ``authentication failed:
+    challenged again``)."""
+
+
+@dataclass(frozen=True, slots=True)
 class CallEnded(CallEvent):
     reason: str
     """Why (``bye``, ``api``, ``transferred``, ``max_call_seconds``, ``rejected 503``...)."""
@@ -154,6 +202,10 @@ EVENT_TYPES: dict[type, EventType] = {
     AgentNote: EventType("call.note"),
     CallAssigned: EventType("call.assigned"),
     CallEnded: EventType("call.ended"),
+    CallDialing: EventType("call.dialing"),
+    CallRinging: EventType("call.ringing"),
+    CallAnswered: EventType("call.answered"),
+    CallFailed: EventType("call.failed"),
     Utterance: EventType("transcript.final", loop_times=("at",)),
     BargeIn: EventType(
         "turn.barge_in", at=("paused_at",), loop_times=("speech_start", "paused_at")

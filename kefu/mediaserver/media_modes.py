@@ -63,7 +63,7 @@ class MediaModes:
         """Where the dialog keeps its per-call state (None: in memory; a cluster replicates
         it to Redis)."""
         self.prompt = None
-        if config.calls.media_mode == "prompt" and config.calls.prompt_wav:
+        if config.calls.prompt_wav:  # outbound calls may ask for prompt in any mode
             self.prompt = load_wav(config.calls.prompt_wav)
 
     # --- the AI's models ---------------------------------------------------------------------
@@ -129,8 +129,8 @@ class MediaModes:
         if self.recordings is not None and call.recording is None:
             call.recording = self.recordings.open(call.id, ep.loop_time())
             ep.recorder = call.recording.feed
-        mode = self.config.calls.media_mode
-        if self.config.calls.sip_room:
+        mode = call.media_mode or self.config.calls.media_mode
+        if self.config.calls.sip_room and call.media_mode is None:
             return  # the room's mix is played once the call has joined it
         if mode == "prompt":
             pcm = self.prompt if self.prompt is not None else chime()
@@ -141,6 +141,7 @@ class MediaModes:
                 call.id,
                 ep.inbound,
                 publish=lambda e: self._on_agent_event(call, e),
+                settings=outbound_settings(self.ai.settings, call.context),
                 lang=call.language,
             )
             call.agent = agent
@@ -162,6 +163,15 @@ class MediaModes:
         if isinstance(event, HandoffRequested):
             call.log.info("handoff_requested", reason=event.reason, detail=event.detail)
             self.on_handoff(call, event.reason)
+
+
+def outbound_settings(settings: AiSettings, context: dict[str, Any]) -> AiSettings:
+    """The AI's settings for a call: an outbound call's ``context.greeting`` (a string)
+    replaces the greeting, in every language (docs/trunk.md#outbound-calls)."""
+    greeting = context.get("greeting")
+    if not isinstance(greeting, str) or not greeting.strip():
+        return settings
+    return replace(settings, greeting_en=greeting, greeting_zh=greeting, greeting_auto=(greeting,))
 
 
 def note_record(note: AgentNote) -> dict[str, object]:

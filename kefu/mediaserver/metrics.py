@@ -64,6 +64,15 @@ class Metrics:
             buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5),
             registry=r,
         )
+        self.outbound_setup = Histogram(
+            "kefu_outbound_setup_seconds",
+            "Outbound calls: first INVITE sent to 2xx received (challenges, redirects included)",
+            buckets=(0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+            registry=r,
+        )
+        self.outbound_calls = Counter(
+            "kefu_outbound_calls_total", "Outbound calls by outcome", ["result"], registry=r
+        )
 
     def watch_sfu(self, stats: Callable[[], dict[str, int]]) -> None:
         """Export the SFU's own counters (read at scrape time) as kefu_webrtc_*."""

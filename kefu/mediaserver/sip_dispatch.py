@@ -26,6 +26,7 @@ from kefu.mediaserver.config import Config
 from kefu.mediaserver.events import CallStarted, DtmfReceived, TransferProgress
 from kefu.mediaserver.media_modes import MediaModes
 from kefu.mediaserver.metrics import Metrics
+from kefu.mediaserver.outbound import Dialer
 from kefu.mediaserver.sip_leg import SipAnswerer, SipLeg
 from kefu.rtp.ports import PortAllocator
 from kefu.sip import ua as sipua
@@ -77,6 +78,19 @@ class SipDispatch:
             in_use=lifecycle.has_source,
         )
         self.answerer = SipAnswerer(config, self.ua, self.sip, ports, metrics, lifecycle, media)
+        self.dialer = Dialer(
+            config,
+            self.ua,
+            self.sip,
+            ports=ports,
+            metrics=metrics,
+            bus=bus,
+            lifecycle=lifecycle,
+            media=media,
+            draining=lambda: self.draining,
+            on_answered=self._running,
+        )
+        """Outbound calls (POST /api/calls): kefu.mediaserver.outbound."""
         self._unacked: dict[str, set[str]] = {}
         """Source IP -> legs accepted from it and not yet ACKed (calls.max_unacked_per_source)."""
         self._pumping = False
@@ -136,6 +150,14 @@ class SipDispatch:
             case sipev.ReferStatus(leg=leg, status=status, final=final):
                 if call := self.calls.get(leg):
                     self._refer_status(call, status, final)
+            case sipev.OutboundProgress():
+                self.dialer.progress(event)
+            case sipev.OutboundRetried():
+                self.dialer.retried(event)
+            case sipev.OutboundAnswered():
+                self.dialer.answered(event)
+            case sipev.OutboundFailed():
+                self.dialer.failed(event)
 
     # --- admission ---------------------------------------------------------------------------
 
@@ -213,8 +235,11 @@ class SipDispatch:
         call.spawn(self._answer(call, event.offer), "answer")
 
     async def _answer(self, call: Call, offer: bytes | None) -> None:
-        if not await self.answerer.answer(call, offer):
-            return
+        if await self.answerer.answer(call, offer):
+            self._running(call)
+
+    def _running(self, call: Call) -> None:
+        """An answered call's media runs (incoming or outbound): DTMF, the duration cap."""
         call.spawn(self._watch_dtmf(call), "dtmf")
         if self.config.calls.max_call_seconds > 0:
             call.spawn(self._limit_duration(call), "limit")

@@ -14,6 +14,7 @@ every transfer and hang-up is logged (``control_action``) with who asked and wha
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -22,14 +23,19 @@ import structlog
 from aiohttp import hdrs, web
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from kefu.errors import CallStateConflict
+from kefu.errors import CallStateConflict, ResourceExhausted
 from kefu.signaling.api_access import TransferAllowList, bearer_token, check_role
 from kefu.signaling.auth import Authenticator, Claims
 from kefu.signaling.client_address import client_ip
+from kefu.signaling.dial_request import DialRequest, DialRequestError, parse_dial_request
 from kefu.signaling.errors import AuthError
 
 MAX_BODY = 64 * 1024
 MAX_NOTE = 4000
+MAX_DIAL_BODY = 16 * 1024
+"""Bytes in a ``POST /api/calls`` body; more is 400 ``body_too_large``."""
+DIAL_ROLES = frozenset({"agent", "admin"})
+"""Roles that may place outbound calls (docs/trunk.md#outbound-calls)."""
 """Characters in one agent note."""
 API_PREFIX = "/api/"
 _OWN_AUTH = ("/api/events",)
@@ -57,6 +63,8 @@ class Control(Protocol):
     def listen(self, call_id: str, who: str) -> Any: ...
     def note(self, call_id: str, who: str, text: str) -> Any: ...
     def assign(self, call_id: str, who: str, to: str, *, supervisor: bool) -> Any: ...
+    # An outbound call (POST /api/calls); may be a coroutine; its dict result is the answer.
+    def dial(self, request: DialRequest, who: str) -> Any: ...
 
 
 def error_response(status: int, code: str, message: str, **extra: Any) -> web.Response:
@@ -106,6 +114,7 @@ def build_app(
     *,
     auth: Authenticator,
     transfer_allow: TransferAllowList | None = None,
+    max_context_bytes: int = 4096,
 ) -> web.Application:
     """The HTTP app; ``auth`` checks ``/api/*`` tokens, ``transfer_allow`` the REFER targets
     (None: only the server's own ``sip.transfer_target``, i.e. no target in the body)."""
@@ -249,6 +258,41 @@ def build_app(
         audit(request, "note", call_id, "accepted", chars=len(text))
         return web.json_response({"status": "noted"}, status=201)
 
+    async def dial(request: web.Request) -> web.Response:
+        """``POST /api/calls``: place an outbound call (kefu.signaling.dial_request)."""
+        claims = request[CLAIMS_KEY]
+        if claims.role not in DIAL_ROLES:
+            audit(request, "dial", "", "forbidden")
+            return _error(403, "forbidden", "placing calls needs an agent or admin token")
+        raw = await request.content.read(MAX_DIAL_BODY + 1)
+        if len(raw) > MAX_DIAL_BODY:
+            audit(request, "dial", "", "body_too_large")
+            return _error(400, "body_too_large", f"the body is over {MAX_DIAL_BODY} bytes")
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            audit(request, "dial", "", "bad_json")
+            return _error(400, "bad_json", "body is not valid JSON")
+        try:
+            wanted = parse_dial_request(body, max_context_bytes=max_context_bytes)
+        except DialRequestError as exc:
+            audit(request, "dial", "", exc.code, error=str(exc))
+            return _error(400, exc.code, str(exc))
+        try:
+            result = control.dial(wanted, claims.user)
+            if inspect.isawaitable(result):
+                result = await result
+        except ResourceExhausted as exc:
+            audit(request, "dial", "", "unavailable", error=str(exc))
+            response = _error(503, "unavailable", str(exc))
+            response.headers[hdrs.RETRY_AFTER] = "5"
+            return response
+        except ValueError as exc:
+            audit(request, "dial", "", "cannot_route", to=wanted.to, error=str(exc))
+            return _error(400, "cannot_route", str(exc))
+        audit(request, "dial", result["call_id"], "accepted", to=wanted.to)
+        return web.json_response({"status": "dialing", **result}, status=202)
+
     def switch(action: str, status: str) -> Callable[[web.Request], Awaitable[web.Response]]:
         """``takeover`` or ``handback``: who has the call moves between the AI and a human."""
 
@@ -294,6 +338,7 @@ def build_app(
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/api/calls", calls)
+    app.router.add_post("/api/calls", dial)
     app.router.add_post("/api/calls/{call_id}/transfer", transfer)
     app.router.add_post("/api/calls/{call_id}/hangup", hangup)
     app.router.add_post("/api/calls/{call_id}/takeover", switch("takeover", "human_active"))

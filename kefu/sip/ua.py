@@ -1,4 +1,10 @@
-"""kefu's SIP user agent core (RFC 3261 §8, §12-§15), sans-IO.
+"""kefu's SIP user agent (RFC 3261 §8, §12-§15), sans-IO: input, timers and dispatch.
+
+The user agent is split by responsibility: :mod:`kefu.sip.ua_core` (shared state, output,
+ending a leg), :mod:`kefu.sip.ua_uas` (incoming calls: INVITE, ACK, CANCEL, answering),
+:mod:`kefu.sip.ua_dialog` (requests inside a dialog, re-INVITE answers, REFER) and
+:mod:`kefu.sip.ua_uac` (calls kefu places: ``dial``, digest, redirects, CANCEL; decisions in
+:mod:`kefu.sip.uac`). :class:`UserAgent` composes them.
 
 It sits between the transport (``aio.py``) and the media server. Bytes come in with
 :meth:`UserAgent.receive`; datagrams to send come out of :meth:`datagrams_to_send`; what the
@@ -17,9 +23,10 @@ Responses go to the packet's source (§18.2.2 with ``received``/``rport``, RFC 3
 never resolves a host name from Via or Contact. In-dialog requests we send (BYE, REFER) go to
 the address the dialog's INVITE came from, which is what a call-center trunk expects.
 
-Leg state table (invariants): ``incoming`` → ``answered`` (2xx sent) → ``confirmed`` (ACK)
-→ ``ended``; ``incoming`` → ``ended`` on reject or CANCEL. A leg leaves the table only when it
-is ended and its BYE transaction, if any, is done.
+Leg state table (invariants, :mod:`kefu.sip.ua_leg`): ``incoming`` → ``answered`` (2xx
+sent) → ``confirmed`` (ACK) → ``ended``; ``incoming`` → ``ended`` on reject or CANCEL; an
+outbound leg ``calling`` → ``early`` → ``confirmed`` (or ``cancelling`` → ``ended``). A leg
+leaves the table only when it is ended and its client transactions are done.
 
 Delayed offer (RFC 3261 §13.2.1): an INVITE or re-INVITE without SDP is answered with
 ``answer_with_offer``/``answer_reinvite_with_offer``; the 2xx (and each retransmission of it,
@@ -31,99 +38,33 @@ header (RFC 3326), then ``CallEnded`` (:mod:`kefu.sip.delayed_offer`).
 
 from __future__ import annotations
 
-import ipaddress
-import secrets
-from collections import deque
-from collections.abc import Iterable
-
 from kefu.errors import InvalidTransition, SipParseError
 from kefu.sip import ua_events as ev
-from kefu.sip.auth import DigestServer
-from kefu.sip.delayed_offer import AnswerRejected, PendingOffer, read_ack_answer
-from kefu.sip.dialog import Dialog, DialogId, OkRetransmitter, new_tag
-from kefu.sip.message import (
-    InvalidHeaderValue,
-    Request,
-    Response,
-    make_response,
-    parse_message,
-)
-from kefu.sip.refer import ReferSubscription, build_refer
-from kefu.sip.sdp import SessionDescription
-from kefu.sip.session_timer import RefreshDue, SessionExpired, SessionTimer, negotiate_uas
+from kefu.sip.dialog import new_tag
+from kefu.sip.message import Request, Response, make_response, parse_message
+from kefu.sip.session_timer import RefreshDue, SessionExpired
 from kefu.sip.transaction import (
     ClientTransaction,
     RequestReceived,
     ResponseReceived,
-    ServerInviteTransaction,
     ServerTransaction,
+    Terminated,
     Timeout,
-    TransactionLayer,
     TransportError,
 )
+from kefu.sip.ua_dialog import InDialogMixin
 from kefu.sip.ua_events import Peer, UaEvent
-from kefu.sip.ua_leg import (
-    ACCEPT,
-    ALLOW,
-    KNOWN_METHODS,
-    SUPPORTED,
-    Leg,
-    UaSettings,
-    advance,
-    dtmf_from_info,
-    replace_top_via,
-)
-from kefu.sip.uri import in_networks
+from kefu.sip.ua_leg import ACCEPT, ALLOW, KNOWN_METHODS, SUPPORTED, UaSettings, replace_top_via
+from kefu.sip.ua_uac import UacMixin
+from kefu.sip.ua_uas import UasMixin
+from kefu.sip.uac import DialSpec
 from kefu.sip.validate import check_request, check_response, response_for_parse_error
 
-__all__ = ["Peer", "UaEvent", "UaSettings", "UserAgent"]
+__all__ = ["DialSpec", "Peer", "UaEvent", "UaSettings", "UserAgent"]
 
 
-class UserAgent:
-    def __init__(self, settings: UaSettings | None = None) -> None:
-        self.settings = settings or UaSettings()
-        self.transactions = TransactionLayer(self.settings.timers)
-        self.draining = False
-        self._networks = [ipaddress.ip_network(n, strict=False) for n in self.settings.allow_from]
-        self._auth = (
-            DigestServer(
-                self.settings.auth_realm,
-                dict(self.settings.auth_users),
-                self.settings.auth_secret or secrets.token_bytes(32),
-            )
-            if self.settings.auth_users
-            else None
-        )
-        self._legs: dict[str, Leg] = {}
-        self._by_dialog: dict[DialogId, Leg] = {}
-        self._by_tx: dict[ServerTransaction, Leg] = {}
-        self._out: list[tuple[bytes, Peer]] = []
-        self._events: deque[UaEvent] = deque()
-        self._host = "127.0.0.1"
-        self._port = 5060
-        self._now = 0.0
-        """The latest ``now`` fed in, for events the transaction layer reports without one."""
-
-    # --- plumbing ------------------------------------------------------------------------
-
-    def set_local_address(self, host: str, port: int) -> None:
-        self._host, self._port = host, port
-
-    @property
-    def sent_by(self) -> str:
-        host = f"[{self._host}]" if ":" in self._host else self._host
-        return f"{host}:{self._port}"
-
-    def contact(self, peer: Peer) -> str:
-        transport = ";transport=tcp" if peer.transport == "tcp" else ""
-        return f"<sip:kefu@{self.sent_by}{transport}>"
-
-    def datagrams_to_send(self) -> list[tuple[bytes, Peer]]:
-        for out in self.transactions.messages_to_send():
-            assert isinstance(out.peer, Peer)
-            self._emit(out.message, out.peer)
-        sent, self._out = self._out, []
-        return sent
+class UserAgent(UasMixin, InDialogMixin, UacMixin):
+    """One SIP user agent: input, timers and dispatch over its parts (module docstring)."""
 
     def next_event(self) -> UaEvent | None:
         self._drain_transaction_events()
@@ -136,6 +77,8 @@ class UserAgent:
                 times.append(leg.ok.get_timer())
             if leg.session is not None:
                 times.append(leg.session.get_timer())
+            if leg.outbound is not None:
+                times.append(self._outbound_timer(leg))
         due = [t for t in times if t is not None]
         return min(due) if due else None
 
@@ -143,6 +86,8 @@ class UserAgent:
         self._now = now
         self.transactions.handle_timer(now)
         for leg in list(self._legs.values()):
+            if leg.outbound is not None:
+                self._outbound_due(leg, now)
             if leg.ok is not None:
                 leg.ok.handle_timer(now)
                 for resp in leg.ok.messages_to_send():
@@ -179,14 +124,6 @@ class UserAgent:
 
     def reject_unframeable(self, error: SipParseError, peer: Peer, now: float) -> None:
         self._events.append(ev.Dropped("unframeable"))
-
-    def _emit(self, msg: Request | Response, peer: Peer) -> None:
-        if isinstance(msg, Response):
-            self._events.append(ev.ResponseSent(msg.status))
-        self._out.append((bytes(msg), peer))
-
-    def _allowed(self, host: str) -> bool:
-        return in_networks(host, self._networks)
 
     # --- input ---------------------------------------------------------------------------
 
@@ -253,24 +190,6 @@ class UserAgent:
             return
         self._emit(response, peer)
 
-    def _stateless(
-        self,
-        req: Request,
-        peer: Peer,
-        status: int,
-        reason: str | None,
-        headers: Iterable[tuple[str, str]] = (),
-    ) -> None:
-        try:
-            resp = make_response(req, status, reason, to_tag=new_tag(), headers=headers)
-        except (SipParseError, InvalidHeaderValue):
-            self._events.append(ev.Dropped("unanswerable"))
-            return
-        self._emit(self._stamp(resp), peer)
-
-    def _stamp(self, resp: Response) -> Response:
-        return resp.replace(headers=resp.headers.add("Server", self.settings.user_agent))
-
     def _drain_transaction_events(self) -> None:
         while (event := self.transactions.next_event()) is not None:
             match event:
@@ -282,33 +201,18 @@ class UserAgent:
                     tx = event.transaction
                     if isinstance(tx, ClientTransaction):
                         self._on_response(tx, make_response(tx.request, 408))
-                case _:
+                case Terminated():
                     tx = event.transaction
                     if isinstance(tx, ServerTransaction):
                         self._by_tx.pop(tx, None)
+                    elif isinstance(tx, ClientTransaction):
+                        # an outbound INVITE's stays past its 2xx (Timer M, RFC 6026)
+                        for leg in self._legs.values():
+                            if leg.client_txs.pop(tx, None) is not None:
+                                break
                     self._collect_legs()
 
     # --- requests ------------------------------------------------------------------------
-
-    def _respond(
-        self,
-        tx: ServerTransaction,
-        status: int,
-        reason: str | None = None,
-        headers: Iterable[tuple[str, str]] = (),
-        *,
-        now: float,
-        leg: Leg | None = None,
-        body: bytes = b"",
-    ) -> None:
-        extra = list(headers)
-        if body:
-            extra.append(("Content-Type", "application/sdp"))
-        if leg is not None and leg.dialog is not None:
-            resp = leg.dialog.make_response(tx.request, status, reason, headers=extra, body=body)
-        else:
-            resp = make_response(tx.request, status, reason, to_tag=new_tag(), headers=extra)
-        tx.send_response(self._stamp(resp), now)
 
     def _on_request(self, event: RequestReceived) -> None:
         req, tx = event.request, event.transaction
@@ -341,208 +245,22 @@ class UserAgent:
             status = 405 if req.method in ("REGISTER", "SUBSCRIBE", "PUBLISH", "MESSAGE") else 481
             self._respond(tx, status, headers=(("Allow", ALLOW),), now=now)
             return
-        leg = self._by_dialog.get(DialogId.for_incoming(req))
-        if leg is None or leg.dialog is None:
-            self._respond(tx, 481, now=now)
-            return
-        problem = leg.dialog.receive_request(req)
-        if problem is not None:
-            self._respond(tx, problem, now=now, leg=leg)
-            return
-        handler = {
-            "BYE": self._on_bye,
-            "INVITE": self._on_reinvite,
-            "UPDATE": self._on_update,
-            "INFO": self._on_info,
-            "NOTIFY": self._on_notify,
-            "OPTIONS": self._on_in_dialog_options,
-        }.get(req.method)
-        if handler is None:
-            self._respond(
-                tx,
-                405 if req.method != "REFER" else 403,
-                now=now,
-                leg=leg,
-                headers=(("Allow", ALLOW),),
-            )
-            return
-        handler(leg, req, tx, now)
+        self._on_in_dialog(req, tx, now)
 
-    def _on_invite(self, req: Request, tx: ServerTransaction, peer: Peer, now: float) -> None:
-        assert isinstance(tx, ServerInviteTransaction)
-        if self._auth is not None and not self._authenticated(req, tx, now):
-            return
-        if req.headers.get("Contact") is None:
-            self._respond(tx, 400, "Missing Contact header", now=now)
-            return
-        try:
-            session = negotiate_uas(
-                req.headers.get("Session-Expires"),
-                req.headers.get("Min-SE"),
-                req.headers.get_all("Supported"),
-                our_min_se=self.settings.min_se,
-                preferred_interval=self.settings.session_expires or None,
-            )
-        except (SipParseError, ValueError):
-            self._respond(tx, 400, "Bad Session-Expires header", now=now)
-            return
-        if session.status != 200:
-            self._respond(tx, session.status, headers=session.headers, now=now)
-            return
-        leg_id = new_tag()
-        try:
-            dialog = Dialog.from_invite(
-                req,
-                leg_id,
-                self.contact(peer),
-                via_sent_by=f"{self.sent_by};rport",
-                via_transport=peer.transport.upper(),
-            )
-        except SipParseError as exc:
-            self._respond(tx, 400, f"Bad {exc.header or 'Request'} header", now=now)
-            return
-        leg = Leg(leg_id, req, peer, tx, dialog=dialog)
-        if session.session_expires is not None:
-            # The timer starts when we answer; until then the INVITE transaction guards us.
-            leg.session_headers = session.headers
-            leg.session_interval = session.session_expires.delta
-            leg.session_we_refresh = session.we_refresh
-        self._legs[leg_id] = leg
-        self._by_tx[tx] = leg
-        self._by_dialog[dialog.id] = leg
-        self._events.append(
-            ev.IncomingCall(leg_id, req, req.body or None, str(peer), req.call_id, now)
-        )
-
-    def _authenticated(self, req: Request, tx: ServerTransaction, now: float) -> bool:
-        assert self._auth is not None
-        header = req.headers.get("Authorization")
-        stale = False
-        if header is not None:
-            result = self._auth.verify(req.method, header, now, body=req.body, request_uri=req.uri)
-            if result.ok:
-                return True
-            stale = result.stale
-        challenge = self._auth.challenge(now, self.settings.auth_algorithm, stale=stale)
-        self._respond(tx, 401, headers=(("WWW-Authenticate", challenge),), now=now)
-        return False
-
-    def _on_ack(self, req: Request, now: float) -> None:
-        leg = self._by_dialog.get(DialogId.for_incoming(req))
-        if leg is None or leg.state not in ("answered", "confirmed"):
-            self._events.append(ev.Dropped("stray_ack"))
-            return
-        pending, negotiated = leg.pending_offer, None
-        if pending is not None and req.cseq.seq != pending.cseq:
-            self._events.append(ev.Dropped("stale_ack"))  # a late ACK for an earlier 2xx
-            return
-        if leg.ok is not None:
-            leg.ok.ack_received()
-            leg.ok = None
-        if pending is not None:
-            leg.pending_offer = None
-            result = read_ack_answer(pending.offer, req)
-            if isinstance(result, AnswerRejected):
-                reason, header = result.call_end_reason, result.reason_header
-                self._end(leg, reason, now, send_bye=True, bye_headers=(header,))
-                return
-            negotiated = result
-        if leg.state == "answered" or negotiated is not None:
-            advance(leg, "ack")
-            self._events.append(ev.CallConfirmed(leg.id, negotiated))
-
-    def _on_cancel(
-        self, tx: ServerTransaction, target: ServerInviteTransaction | None, now: float
-    ) -> None:
-        leg = self._by_tx.get(target) if target is not None else None
-        if leg is None:
-            self._respond(tx, 481, now=now)
-            return
-        self._respond(tx, 200, now=now, leg=leg)
-        if leg.state == "incoming" and leg.server_tx is not None:
-            self._respond(leg.server_tx, 487, now=now, leg=leg)
-            self._finish(leg, now)
-            self._events.append(ev.CallCancelled(leg.id))
-
-    def _on_bye(self, leg: Leg, req: Request, tx: ServerTransaction, now: float) -> None:
-        self._respond(tx, 200, now=now, leg=leg)
-        if leg.state != "ended":
-            self._finish(leg, now)
-            self._events.append(ev.CallEnded(leg.id, "remote hangup"))
-
-    def _on_reinvite(self, leg: Leg, req: Request, tx: ServerTransaction, now: float) -> None:
-        if leg.reinvite_tx is not None or leg.state == "incoming":
-            self._respond(tx, 491, now=now, leg=leg)  # RFC 3261 §14.2: glare
-            return
-        leg.reinvite_tx, leg.reinvite = tx, req
-        self._events.append(ev.ReInvite(leg.id, req.body or None))
-
-    def _on_update(self, leg: Leg, req: Request, tx: ServerTransaction, now: float) -> None:
-        if req.body:
-            # Offers in UPDATE (RFC 3311) are not used by trunks for audio-only calls.
-            self._respond(tx, 488, now=now, leg=leg)
-            return
-        self._respond(tx, 200, headers=self._refresh(leg, req, now), now=now, leg=leg)
-
-    def _refresh(self, leg: Leg, req: Request, now: float) -> tuple[tuple[str, str], ...]:
-        """A re-INVITE or UPDATE refreshed the session (RFC 4028 §9)."""
-        try:
-            session = negotiate_uas(
-                req.headers.get("Session-Expires"),
-                req.headers.get("Min-SE"),
-                req.headers.get_all("Supported"),
-                our_min_se=self.settings.min_se,
-                preferred_interval=self.settings.session_expires or None,
-            )
-        except (SipParseError, ValueError):
-            return ()
-        se = session.session_expires
-        if se is None or session.status != 200:
-            return ()
-        if leg.session is not None and not leg.session.expired:
-            leg.session.refreshed(now, se.delta, session.we_refresh)
-        return session.headers
-
-    def _on_info(self, leg: Leg, req: Request, tx: ServerTransaction, now: float) -> None:
-        digit = dtmf_from_info(req)
-        if digit is None and req.body:
-            self._respond(tx, 415, headers=(("Accept", ACCEPT),), now=now, leg=leg)
-            return
-        self._respond(tx, 200, now=now, leg=leg)
-        if digit is not None:
-            self._events.append(ev.InfoDtmf(leg.id, digit))
-
-    def _on_notify(self, leg: Leg, req: Request, tx: ServerTransaction, now: float) -> None:
-        if leg.refer is None:
-            self._respond(tx, 481, now=now, leg=leg)
-            return
-        status = leg.refer.receive_notify(req)
-        self._respond(tx, status, now=now, leg=leg)
-        if status == 200 and leg.refer.last_status is not None:
-            final = leg.refer.final_status is not None
-            self._events.append(ev.ReferStatus(leg.id, leg.refer.last_status, final))
-            if leg.refer.done:
-                leg.refer = None
-
-    def _on_in_dialog_options(
-        self, leg: Leg, req: Request, tx: ServerTransaction, now: float
-    ) -> None:
-        self._respond(
-            tx, 200, headers=(("Allow", ALLOW), ("Supported", SUPPORTED)), now=now, leg=leg
-        )
-
-    # --- responses to what we sent ------------------------------------------------------------
+    # --- responses to what we sent -----------------------------------------------------------
 
     def _on_response(self, tx: ClientTransaction, resp: Response) -> None:
-        leg_id = None
+        method = None
         leg = None
         for candidate in self._legs.values():
             if tx in candidate.client_txs:
-                leg, leg_id = candidate, candidate.client_txs[tx]
+                leg, method = candidate, candidate.client_txs[tx]
                 break
-        if leg is None or leg_id is None:
+        if leg is None or method is None:
             return
-        method = leg_id
+        if leg.outbound is not None and method in ("INVITE", "CANCEL"):
+            self._on_outbound_response(leg, tx, resp)
+            return
         if leg.dialog is not None and resp.status >= 200:
             try:
                 leg.dialog.receive_response(method, resp)
@@ -563,173 +281,17 @@ class UserAgent:
                 self._events.append(ev.ReferStatus(leg.id, resp.status, False))
         self._collect_legs()
 
-    # --- actions -------------------------------------------------------------------------
-
-    def _leg(self, leg_id: str) -> Leg:
-        try:
-            return self._legs[leg_id]
-        except KeyError:
-            raise InvalidTransition("leg", "unknown", leg_id) from None
-
-    def ring(self, leg_id: str, now: float) -> None:
-        leg = self._leg(leg_id)
-        if leg.state == "incoming" and leg.server_tx is not None:
-            self._respond(leg.server_tx, 180, now=now, leg=leg)
-
-    def answer(self, leg_id: str, sdp: bytes, now: float) -> None:
-        self._answer(leg_id, sdp, None, now)
-
-    def answer_with_offer(self, leg_id: str, offer: SessionDescription, now: float) -> None:
-        """Delayed offer (RFC 3261 §13.2.1): a 200 carrying kefu's ``offer`` to an INVITE that
-        had none. Its ACK must answer it: ``CallConfirmed.negotiated``, or BYE and
-        ``CallEnded`` when it does not."""
-        self._answer(leg_id, bytes(offer), offer, now)
-
-    def _answer(
-        self, leg_id: str, sdp: bytes, offer: SessionDescription | None, now: float
-    ) -> None:
-        leg = self._legs.get(leg_id)
-        if leg is None or leg.state != "incoming" or leg.server_tx is None or leg.dialog is None:
-            return  # cancelled while the application prepared its answer
-        headers = [("Allow", ALLOW), ("Supported", SUPPORTED), *leg.session_headers]
-        resp = self._stamp(
-            leg.dialog.make_response(
-                leg.invite, 200, headers=headers, body=sdp, content_type="application/sdp"
-            )
-        )
-        leg.server_tx.send_response(resp, now)
-        leg.dialog.confirm()
-        advance(leg, "answer")
-        leg.ok = OkRetransmitter(resp, now, self.settings.timers)
-        if offer is not None:
-            leg.pending_offer = PendingOffer(leg.invite.cseq.seq, offer)
-        if leg.session_interval:
-            leg.session = SessionTimer(leg.session_interval, leg.session_we_refresh, now)
-
-    def reject(
-        self,
-        leg_id: str,
-        status: int,
-        reason: str | None = None,
-        *,
-        headers: Iterable[tuple[str, str]] = (),
-        now: float = 0.0,
-    ) -> None:
-        leg = self._legs.get(leg_id)
-        if leg is None or leg.state != "incoming" or leg.server_tx is None:
-            return
-        self._respond(leg.server_tx, status, reason, headers, now=now, leg=leg)
-        self._finish(leg, now)
-
-    def answer_reinvite(self, leg_id: str, sdp: bytes, now: float) -> None:
-        self._answer_reinvite(leg_id, sdp, None, now)
-
-    def answer_reinvite_with_offer(
-        self, leg_id: str, offer: SessionDescription, now: float
-    ) -> None:
-        """An offerless re-INVITE (RFC 3264 §8): our 2xx offers, the ACK answers, as for
-        :meth:`answer_with_offer`."""
-        self._answer_reinvite(leg_id, bytes(offer), offer, now)
-
-    def _answer_reinvite(
-        self, leg_id: str, sdp: bytes, offer: SessionDescription | None, now: float
-    ) -> None:
-        leg = self._legs.get(leg_id)
-        if leg is None:
-            return
-        tx, req = leg.reinvite_tx, leg.reinvite
-        if tx is None or req is None or leg.dialog is None:
-            return
-        leg.reinvite_tx = leg.reinvite = None
-        headers = [("Allow", ALLOW), ("Supported", SUPPORTED), *self._refresh(leg, req, now)]
-        resp = self._stamp(
-            leg.dialog.make_response(
-                req, 200, headers=headers, body=sdp, content_type="application/sdp"
-            )
-        )
-        tx.send_response(resp, now)
-        leg.ok = OkRetransmitter(resp, now, self.settings.timers)
-        if offer is not None:
-            leg.pending_offer = PendingOffer(req.cseq.seq, offer)
-        if leg.state == "confirmed":
-            leg.state = "answered"  # wait for this 2xx's ACK too
-
-    def reject_reinvite(
-        self, leg_id: str, status: int, *, headers: Iterable[tuple[str, str]] = (), now: float = 0.0
-    ) -> None:
-        leg = self._legs.get(leg_id)
-        if leg is None or leg.reinvite_tx is None:
-            return
-        tx, leg.reinvite_tx, leg.reinvite = leg.reinvite_tx, None, None
-        self._respond(tx, status, headers=headers, now=now, leg=leg)
+    # --- actions -----------------------------------------------------------------------------
 
     def hangup(self, leg_id: str, now: float) -> None:
+        """End the leg: BYE once answered; before that 480 (incoming) or CANCEL (outbound)."""
         leg = self._legs.get(leg_id)
         if leg is None or leg.state == "ended":
+            return
+        if leg.outbound is not None and leg.state in ("calling", "early", "cancelling"):
+            self._cancel(leg, "cancelled by kefu (local hangup)", now)
             return
         if leg.state == "incoming":
             self.reject(leg_id, 480, now=now)
             return
         self._end(leg, "local hangup", now, send_bye=True, notify=False)
-
-    def refer(self, leg_id: str, target: str, now: float) -> None:
-        leg = self._leg(leg_id)
-        if leg.dialog is None or leg.state not in ("answered", "confirmed"):
-            raise InvalidTransition("leg", leg.state, "refer")
-        req = build_refer(leg.dialog, target, referred_by=self.contact(leg.peer).strip("<>"))
-        leg.refer = ReferSubscription(req.cseq.seq)
-        self._send_in_dialog(leg, req, now)
-
-    def _send_in_dialog(self, leg: Leg, req: Request, now: float) -> None:
-        tx = self.transactions.send_request(
-            req, now, reliable=leg.peer.transport == "tcp", peer=leg.peer
-        )
-        leg.client_txs[tx] = req.method
-
-    # --- ending ----------------------------------------------------------------------------
-
-    def _end(
-        self,
-        leg: Leg,
-        reason: str,
-        now: float,
-        *,
-        send_bye: bool,
-        notify: bool = True,
-        bye_headers: Iterable[tuple[str, str]] = (),
-    ) -> None:
-        if leg.state == "ended":
-            return
-        if send_bye and leg.dialog is not None and not leg.dialog.terminated:
-            try:
-                bye = leg.dialog.create_request("BYE", headers=bye_headers)
-                self._send_in_dialog(leg, bye, now)
-            except InvalidTransition:
-                pass
-        self._finish(leg, now)
-        if notify:
-            self._events.append(ev.CallEnded(leg.id, reason))
-
-    def _finish(self, leg: Leg, now: float) -> None:
-        advance(leg, "end")
-        leg.ok = None
-        leg.session = None
-        leg.pending_offer = None
-        if leg.reinvite_tx is not None:
-            self._respond(leg.reinvite_tx, 487, now=now, leg=leg)
-            leg.reinvite_tx = None
-        self._collect_legs()
-
-    def _collect_legs(self) -> None:
-        for leg in [leg for leg in self._legs.values() if leg.state == "ended"]:
-            if leg.client_txs:
-                continue
-            del self._legs[leg.id]
-            if leg.dialog is not None:
-                self._by_dialog.pop(leg.dialog.id, None)
-            if leg.server_tx is not None:
-                self._by_tx.pop(leg.server_tx, None)
-
-    @property
-    def leg_count(self) -> int:
-        return len(self._legs)

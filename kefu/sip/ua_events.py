@@ -92,6 +92,52 @@ class ReferStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class OutboundProgress:
+    """A provisional response (101-199) to an INVITE kefu sent (RFC 3261 §13.2.2.1)."""
+
+    leg: str
+    status: int
+    reason: str
+    sdp: bytes | None
+    """The answer to our offer when the 1xx carried one (early media, e.g. 183)."""
+
+
+@dataclass(frozen=True, slots=True)
+class OutboundRetried:
+    """kefu sent the call's INVITE again: with credentials (``auth``, after 401/407) or to
+    a Contact of a 3xx (``redirect``)."""
+
+    leg: str
+    cause: str
+    status: int
+    """The response that caused it."""
+    target: str
+    """The new INVITE's Request-URI."""
+
+
+@dataclass(frozen=True, slots=True)
+class OutboundAnswered:
+    """A 2xx answered an INVITE kefu sent; the ACK is on its way (RFC 3261 §13.2.2.4)."""
+
+    leg: str
+    sdp: bytes | None
+    """The 2xx's SDP answer, or the early one when the 2xx had none."""
+    setup_seconds: float
+    """From the first INVITE sent to this 2xx (redirects and challenges included)."""
+
+
+@dataclass(frozen=True, slots=True)
+class OutboundFailed:
+    """An outbound call ended before it was answered: a final non-2xx response that was not
+    retried, a second challenge, an unknown digest algorithm, no answer within the ring
+    timeout (CANCEL, then the 487), no response at all (408)."""
+
+    leg: str
+    status: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class RequestSeen:
     """Every request that parsed, for metrics."""
 
@@ -120,6 +166,10 @@ UaEvent = (
     | ReInvite
     | InfoDtmf
     | ReferStatus
+    | OutboundProgress
+    | OutboundRetried
+    | OutboundAnswered
+    | OutboundFailed
     | RequestSeen
     | ResponseSent
     | Dropped

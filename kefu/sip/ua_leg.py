@@ -5,6 +5,13 @@ Leg state table (invariants): ``incoming`` → ``answered`` (2xx sent) → ``con
 leg back to ``answered`` until its ACK. ``ended`` is final. A leg whose 2xx carried an offer
 (delayed offer) holds it in ``pending_offer`` while ``answered``; the ACK either answers it
 (``confirmed``) or the leg goes to ``ended`` with a BYE.
+
+A leg kefu calls out on (UAC, :mod:`kefu.sip.ua_uac`, with ``outbound`` set) goes
+``calling`` (INVITE sent) → ``early`` (a 1xx) → ``confirmed`` (2xx received and ACKed);
+``calling``/``early`` → ``calling`` when the INVITE is sent again (401/407, 3xx);
+``calling``/``early`` → ``cancelling`` when kefu gives up (ring timeout, hang-up) — the
+CANCEL waits for a 1xx (RFC 3261 §9.1) — and from any of them → ``ended`` on a final
+failure. A 2xx that arrives while ``cancelling`` is ACKed and at once ended with a BYE.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from kefu.sip.ua_events import Peer
 
 if TYPE_CHECKING:
     from kefu.mediaserver.config import Config
+    from kefu.sip.uac import Outbound
 
 ALLOW = "INVITE, ACK, BYE, CANCEL, OPTIONS, INFO, REFER, NOTIFY, UPDATE"
 SUPPORTED = "timer, replaces, norefersub"
@@ -87,6 +95,8 @@ class Leg:
     pending_offer: PendingOffer | None = None
     """The offer our last 2xx carried, until its ACK answers it (delayed offer)."""
     client_txs: dict[ClientTransaction, str] = field(default_factory=dict)
+    outbound: Outbound | None = None
+    """The UAC state of a call kefu placed (None: an incoming call)."""
 
 
 LEG_TABLE = {
@@ -97,6 +107,20 @@ LEG_TABLE = {
     ("confirmed", "ack"): "confirmed",
     ("confirmed", "end"): "ended",
     ("ended", "end"): "ended",
+    # calls kefu places (UAC)
+    ("calling", "provisional"): "early",
+    ("early", "provisional"): "early",
+    ("cancelling", "provisional"): "cancelling",
+    ("calling", "retry"): "calling",
+    ("early", "retry"): "calling",
+    ("calling", "cancel"): "cancelling",
+    ("early", "cancel"): "cancelling",
+    ("calling", "accept"): "confirmed",
+    ("early", "accept"): "confirmed",
+    ("cancelling", "accept"): "confirmed",
+    ("calling", "end"): "ended",
+    ("early", "end"): "ended",
+    ("cancelling", "end"): "ended",
 }
 
 

@@ -37,6 +37,12 @@ def test_toml_then_env_then_overrides(tmp_path):
         ("[webrtc]\nroom_workers = -2\n", "webrtc.room_workers"),
         ('[webrtc]\nroom_workers = "many"\n', "webrtc.room_workers"),
         ("[nosuch]\nx = 1\n", "nosuch"),
+        ('[trunk]\noutbound_proxy = "sbc.example.com:5060"\n', "trunk.outbound_proxy"),
+        ('[trunk]\noutbound_proxy = "10.0.0.1"\n', "trunk.outbound_proxy"),
+        ("[trunk]\nring_timeout = 0\n", "trunk.ring_timeout"),
+        ("[trunk]\nmax_redirects = -1\n", "trunk.max_redirects"),
+        ('[trunk]\nfrom_user = "a@b"\n', "trunk.from_user"),
+        ('[trunk]\npassword = "x"\n', "trunk.username"),
         ("[sip\n", "--config"),
     ],
 )
@@ -53,3 +59,11 @@ def test_env_override_is_validated():
     with pytest.raises(ConfigError) as info:
         load_config(environ={"KEFU_HTTP_LISTEN": "1.2.3.4"})
     assert info.value.key == "http.listen"
+
+
+def test_trunk_password_comes_from_the_environment(tmp_path):
+    path = tmp_path / "kefu.toml"
+    path.write_text('[trunk]\noutbound_proxy = "[::1]:5080"\nusername = "kefu"\n')
+    config = load_config(path, environ={"KEFU_TRUNK_PASSWORD": "s3cret"})
+    assert (config.trunk.username, config.trunk.password) == ("kefu", "s3cret")
+    assert config.trunk.outbound_proxy == "[::1]:5080" and config.trunk.ring_timeout == 60.0
