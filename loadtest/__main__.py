@@ -98,10 +98,22 @@ def main(argv: list[str] | None = None) -> int:
         sub.add_parser("avatar-sync", help="lip-sync offset of the avatar's weights vs the audio")
     )
 
+    from loadtest import avatar_calls
+
+    avatar_calls.add_arguments(
+        sub.add_parser("avatar-calls", help="web callers at once, each seeing the avatar")
+    )
+
     from loadtest import outbound
 
     outbound.add_arguments(
         sub.add_parser("outbound", help="kefu places calls through a digest-challenging SIPp")
+    )
+
+    from loadtest import avatar_render
+
+    avatar_render.add_arguments(
+        sub.add_parser("avatar-render", help="avatar frame cost: render, VP8 and H.264 encode")
     )
 
     from loadtest import flood
@@ -147,6 +159,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "flood":
         return flood.main(args)
+    if args.command == "avatar-render":
+        return avatar_render.main(args)
+    if args.command == "avatar-calls":
+        return avatar_calls.main(args)
     if args.command == "outbound":
         return outbound.main(args)
     if args.command == "avatar-sync":
