@@ -1,5 +1,5 @@
-"""``python -m loadtest avatar-sync HEARD.wav WEIGHTS.jsonl``: the avatar's lip-sync, measured
-where the caller is.
+"""``python -m loadtest avatar-sync HEARD.wav WEIGHTS.jsonl|VIDEO.y4m``: the avatar's lip-sync,
+measured where the caller is.
 
 Inputs are what ``python -m loadtest webrtc --record HEARD.wav --weights WEIGHTS.jsonl`` wrote:
 the audio heard (with ``HEARD.wav.times``, the arrival time of its first sample) and one line
@@ -7,6 +7,10 @@ per received blendshape frame (its arrival time ``t`` and ``jawOpen``), both on 
 ``time.time()``. The audio's RMS envelope (30 ms windows on a 10 ms grid) is cross-correlated
 with ``jawOpen`` interpolated on the same grid, over ±``--max-lag-ms``. A positive offset: the
 mouth moves after the voice; negative: before it. Prints one JSON summary.
+
+Given the video ``--video-record`` wrote instead (``VIDEO.y4m`` with ``VIDEO.y4m.times``), the
+mouth's opening is read from the pictures (:func:`video_mouth`): how far the pixels that change
+most in the lower half of the frame are from how they look at rest.
 """
 
 from __future__ import annotations
@@ -70,9 +74,27 @@ def lipsync_offset(
     }
 
 
+def video_mouth(lumas: np.ndarray) -> np.ndarray:
+    """One value per frame that grows as the mouth opens, from luma planes (frames × h × w).
+
+    The mouth region is found, not assumed: of the frame's lower half (below the eyes' blinks)
+    and middle third (inside the outline of a swaying head and its hair), the 2 % of pixels
+    whose brightness varies most over the recording; the value is how far those pixels are
+    from their median (the mouth at rest, as it is most of the time) in each frame: the dark
+    inside, the teeth and the moving lips all count."""
+    height, width = lumas.shape[1:]
+    lower = lumas[:, height // 2 :, width // 3 : 2 * width // 3].astype(np.float32)
+    spread = lower.std(axis=0)
+    mask = spread >= np.quantile(spread, 0.98)
+    region = lower[:, mask]
+    return np.asarray(np.abs(region - np.median(region, axis=0)[None, :]).mean(axis=1), np.float64)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("heard", help="the WAV --record wrote (HEARD.wav.times beside it)")
-    parser.add_argument("weights", help="the JSON lines --weights wrote")
+    parser.add_argument(
+        "weights", help="the JSON lines --weights wrote, or the .y4m --video-record wrote"
+    )
     parser.add_argument("--max-lag-ms", type=int, default=300)
 
 
@@ -82,9 +104,17 @@ def main(args: argparse.Namespace) -> int:
         rate = w.getframerate()
         audio = np.frombuffer(w.readframes(w.getnframes()), "<i2")
     t0 = float(Path(f"{heard}.times").read_text().split()[0])
-    frames = [json.loads(line) for line in Path(args.weights).read_text().splitlines() if line]
-    times = np.array([f["t"] for f in frames], np.float64)
-    jaw = np.array([f["jawOpen"] for f in frames], np.float64)
+    if str(args.weights).endswith(".y4m"):
+        from loadtest.video_record import read_y4m
+
+        lumas, arrivals = read_y4m(args.weights)
+        times = np.array(arrivals, np.float64)
+        jaw = video_mouth(lumas[: len(times)])
+    else:
+        lines = Path(args.weights).read_text().splitlines()
+        frames = [json.loads(line) for line in lines if line]
+        times = np.array([f["t"] for f in frames], np.float64)
+        jaw = np.array([f["jawOpen"] for f in frames], np.float64)
     summary = lipsync_offset(audio, rate, t0, times, jaw, max_lag_ms=args.max_lag_ms)
     sys.stdout.write(json.dumps(summary) + "\n")
     return 0

@@ -261,6 +261,7 @@ class CallAgent:
     def attach_avatar(self, avatar: AvatarStream) -> None:
         """Drive ``avatar`` from this call's speech and floor (before :meth:`start`)."""
         self.avatar, self.responder.taps = avatar, (avatar.tap,)
+        self.responder.emotion_sinks = (avatar.reply_emotion,)
 
     def _degrade(self, reason: str) -> None:
         self.unavailable = reason

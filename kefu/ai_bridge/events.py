@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "AI_UNAVAILABLE",
+    "AvatarQualityChanged",
     "BargeIn",
     "CallerEmotionHeard",
     "EscalationRaised",
@@ -119,3 +120,17 @@ class EscalationRaised:
     """The last turn's emotion."""
     at: float
     """Loop time it was raised."""
+
+
+@dataclass(frozen=True, slots=True)
+class AvatarQualityChanged:
+    """The avatar stepped down or up its ladder (docs/avatar.md, Degradation)."""
+
+    call_id: str
+    level: str
+    """``720p``, ``512``, ``weights`` or ``audio``."""
+    previous: str
+    reason: str
+    """``frames_skipped``, ``render_slow``, ``loop_lag`` (down) or ``headroom`` (up)."""
+    at: float
+    """Wall-clock time (time.time())."""

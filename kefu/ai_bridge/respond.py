@@ -54,6 +54,8 @@ class Responder:
         """The voice (the pipeline's speech stage; before it is built, the greeting's)."""
         self.text_only = False
         """No speech stage on purpose: answers are published, not spoken."""
+        self.emotion_sinks: tuple[Callable[[str], None], ...] = ()
+        """Told the tone of each reply before it is synthesized (the avatar's face)."""
         self.taps: tuple[SpeechTap, ...] = ()
         """Speech taps bound to this call's media, after the pipeline's (the room avatar:
         it needs the outbound track and the room, and sees the greeting too)."""
@@ -157,6 +159,8 @@ class Responder:
                 return
             raise RuntimeError("no voice loaded")
         taps = (*(self.pipeline.speech_taps if self.pipeline is not None else ()), *self.taps)
+        for sink in self.emotion_sinks:
+            sink(emotion)
         marks = self.tracer.marks(turn_id) if turn_id else None
         loop = asyncio.get_running_loop()
         async for chunk in speech.synthesize(text, lang=lang, emotion=emotion):

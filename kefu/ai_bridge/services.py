@@ -16,7 +16,7 @@ import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -31,6 +31,9 @@ from kefu.ai_bridge.settings import AiSettings, needs_mandarin
 from kefu.ai_bridge.speak import Voice
 from kefu.ai_bridge.trace import InteractionLog, TurnMetrics
 from kefu.privacy.seal import Sealer, load_key
+
+if TYPE_CHECKING:
+    from kefu.ai_bridge.avatar.render_pool import RenderPool
 
 __all__ = ["AiServices", "AiSettings", "Part"]
 
@@ -82,6 +85,7 @@ class AiServices:
         interaction_log: InteractionLog | None = None,
         errors: dict[str, str] | None = None,
         emotion: EmotionEstimator | None = None,
+        avatar: RenderPool | None = None,
     ) -> None:
         self.settings = settings or AiSettings()
         self.asr = asr
@@ -93,6 +97,8 @@ class AiServices:
         self.interaction_log = interaction_log
         self.emotion = emotion
         """The caller-emotion estimator (None: ``ai.emotion`` off)."""
+        self.avatar = avatar
+        """The avatar's renderer (None: ``ai.avatar`` is not "video")."""
         self.emotion_executor = concurrent.futures.ThreadPoolExecutor(
             1, thread_name_prefix="emotion"
         )
@@ -168,13 +174,21 @@ class AiServices:
             estimator.load()  # a failure is kept in .error, shown on /readyz
             return estimator
 
+        def load_avatar() -> RenderPool | None:
+            if settings.avatar != "video":
+                return None
+            from kefu.ai_bridge.avatar.render_pool import RenderPool
+
+            return RenderPool.start(settings.avatar_model)  # no EGL: .error, weights only
+
         await loop.run_in_executor(None, import_model_libraries, mandarin)
-        asr, asr_zh, dialog, voice, emotion = await asyncio.gather(
+        asr, asr_zh, dialog, voice, emotion, avatar = await asyncio.gather(
             guarded("asr", lambda: loop.run_in_executor(None, load_asr)),
             guarded("asr_zh", lambda: loop.run_in_executor(None, load_asr_zh)),
             guarded("dialog", lambda: loop.run_in_executor(None, load_dialog)),
             guarded("tts", load_voice),
             guarded("emotion", lambda: loop.run_in_executor(None, load_emotion)),
+            guarded("avatar", lambda: loop.run_in_executor(None, load_avatar)),
         )
         ilog = None
         if settings.interaction_log:
@@ -195,6 +209,7 @@ class AiServices:
             interaction_log=ilog,
             errors=errors,
             emotion=emotion,
+            avatar=avatar,
         )
         services._owned = True
         log.info("ai_services_started", **services.readiness())
@@ -219,6 +234,10 @@ class AiServices:
             if self.emotion is None:
                 return Part(False, "off (ai.emotion = false)")
             return _part(self.emotion, "emotion")
+        if name == "avatar":
+            if self.avatar is None:
+                return Part(False, f"no video (ai.avatar = {self.settings.avatar})")
+            return Part(self.avatar.ready, self.avatar.status())
         if name == "llm":
             if self.llm is None:
                 return Part(False, "not configured")
@@ -227,7 +246,7 @@ class AiServices:
 
     def readiness(self) -> dict[str, str]:
         """One status string per part, e.g. ``{"asr": "ready", "llm": "not configured"}``."""
-        names = ("asr", "tts", "dialog", "llm", "asr_zh", "emotion")
+        names = ("asr", "tts", "dialog", "llm", "asr_zh", "emotion", "avatar")
         return {n: self.part(n).status for n in names}
 
     @property
@@ -280,6 +299,8 @@ class AiServices:
             await self.llm.close()
         if self.voice is not None:
             await self.voice.close()
+        if self.avatar is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.avatar.close)
         for engine in (self.asr, self.asr_zh):
             close = getattr(engine, "close", None)
             if close is not None:

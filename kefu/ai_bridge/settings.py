@@ -84,10 +84,19 @@ class AiSettings:
     emotion_model_dir: str | None = None
     """An ONNX speech-emotion model (``model.onnx`` + ``labels.json``) to join words and
     prosody; None: none ships, prosody only."""
-    avatar: str = "weights"
-    """The avatar of web rooms: "weights" sends its 52 ARKit blendshape weights at 30 fps on
-    the room's ``kefu-avatar`` data channel (docs/avatar.md); "off" sends nothing. SIP calls
-    have none."""
+    avatar: str = "video"
+    """The avatar of web rooms (docs/avatar.md): "weights" sends its 52 ARKit blendshape
+    weights at ``avatar_fps`` on the room's ``kefu-avatar`` data channel; "video" also renders
+    the face as a video track for the clients that ask for it (``avatar.mode``), falling back
+    to weights where OpenGL (EGL) is not available; "off" sends nothing. SIP calls have none."""
+    avatar_fps: float = 30.0
+    """Frames a second of the weights and of the video (1–60)."""
+    avatar_size: str = "512"
+    """The best video size: "512" (512×512) or "720p" (1280×720); the ladder steps down from
+    it under load."""
+    avatar_model: str | None = None
+    """An operator's avatar, a GLB with ARKit-named morph targets (docs/avatar-mesh.md); None
+    or a file that fails validation: kefu's own parametric head."""
 
 
 def needs_mandarin(settings: AiSettings) -> bool:

@@ -27,7 +27,8 @@ from kefu.rtp.session import LATCHING_MODES, Latching
 from kefu.signaling.api_access import TransferAllowList
 
 MEDIA_MODES = ("echo", "prompt", "ai")
-AVATAR_MODES = ("weights", "off")
+AVATAR_MODES = ("video", "weights", "off")
+AVATAR_SIZES = ("512", "720p")
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,6 +339,13 @@ def _validate(config: Config) -> Config:
             f"ai.avatar must be one of {', '.join(AVATAR_MODES)}, got {config.ai.avatar!r}",
             key="ai.avatar",
         )
+    if config.ai.avatar_size not in AVATAR_SIZES:
+        raise ConfigError(
+            f"ai.avatar_size must be 512 or 720p, got {config.ai.avatar_size!r}",
+            key="ai.avatar_size",
+        )
+    if not 1 <= config.ai.avatar_fps <= 60:
+        raise ConfigError("ai.avatar_fps must be between 1 and 60", key="ai.avatar_fps")
     if config.rtp.latching not in LATCHING_MODES:
         raise ConfigError(
             f"rtp.latching must be one of {', '.join(LATCHING_MODES)}, got {config.rtp.latching!r}",

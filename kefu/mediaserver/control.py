@@ -10,11 +10,13 @@ current state), and nothing changes unless the action succeeded.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from kefu.ai_bridge.avatar.render_pool import head_wire
 from kefu.errors import CallStateConflict, ResourceExhausted
 from kefu.mediaserver.assign import HeldCall, assign, holds, require_holder
 from kefu.mediaserver.call_state import CallState
@@ -94,7 +96,28 @@ class CallControl:
         )
         app[CLIENT_ADDRESS_KEY] = ClientAddress(s.config.http.trusted_proxies)
         self.events = add_event_routes(app, s.bus, event_json, s.signaling.auth)
+        app.router.add_get("/avatar/head.bin", self.avatar_head)
         return app
+
+    async def avatar_head(self, _: web.Request) -> web.Response:
+        """The avatar's head for the caller page's canvas (docs/avatar-mesh.md): the mesh the
+        server renders, so weights drawn by the page and the video show the same face."""
+        ai = self.server.config.ai
+        if ai.avatar == "off":
+            return web.json_response(
+                {"error": "avatar_off", "message": "ai.avatar is off"}, status=404
+            )
+        pool = self.server.media.ai.avatar if self.server.media.ai is not None else None
+        if pool is not None:
+            body = pool.wire()
+        else:
+            loop = asyncio.get_running_loop()
+            body = await loop.run_in_executor(None, head_wire, ai.avatar_model)
+        return web.Response(
+            body=body,
+            content_type="application/octet-stream",
+            headers={"Cache-Control": "public, max-age=3600"},
+        )
 
     def agents_online(self) -> int:
         """Agents and supervisors with a workbench open (reading ``/api/events``) here, or,

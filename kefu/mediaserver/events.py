@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, fields, is_dataclass
 from typing import Any
 
 from kefu.ai_bridge.agent import BargeIn, HandoffRequested, Utterance
-from kefu.ai_bridge.events import CallerEmotionHeard, EscalationRaised
+from kefu.ai_bridge.events import AvatarQualityChanged, CallerEmotionHeard, EscalationRaised
 from kefu.ai_bridge.trace import TurnTrace
 
 EVENT_VERSION = 1
@@ -219,6 +219,7 @@ EVENT_TYPES: dict[type, EventType] = {
     HandoffRequested: EventType("handoff.requested", loop_times=("at",)),
     CallerEmotionHeard: EventType("turn.emotion", loop_times=("at",)),
     EscalationRaised: EventType("call.escalation", loop_times=("at",)),
+    AvatarQualityChanged: EventType("avatar.quality"),
 }
 """Every event class the bus carries -> its wire form. A class missing here is not sent."""
 

@@ -133,7 +133,13 @@ class RoomService:
         self.bus.publish(CallStarted(call_id, time.time(), "webrtc", room_id))
         agent = self.make_bot(room_id, bot.mixed_audio, self.bus.publish)
         self._agents[room_id] = agent
-        attach_room_avatar(agent, bot.publish_binary)  # web rooms only: SIP calls have none
+        # web rooms only: SIP calls have none
+        attach_room_avatar(
+            agent,
+            bot.publish_binary,
+            lambda fanout: self.sfu.publish_video(room_id, BOT_ID, fanout),
+            owner_id=BOT_ID,
+        )
         call = RoomCall(room_id, agent, self.bus.publish)
         call.presence = AgentPresence(
             self.sfu,

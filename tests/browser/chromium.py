@@ -68,7 +68,10 @@ def token(secret: str, room: str, user: str | None = None, role: str = "customer
 
 
 def page_url(http: str, **params: str) -> str:
-    return f"{http}/?{urlencode({'autostart': '1', **params})}"
+    """The caller page, starting the call at once. The avatar is off unless a test asks for
+    it (``avatar="video"`` or ``"weights"``): rendering and drawing a face costs CPU that
+    tests about other things should not share with Whisper on a 2-core box."""
+    return f"{http}/?{urlencode({'autostart': '1', 'avatar': 'off', **params})}"
 
 
 def run_driver(

@@ -10,7 +10,11 @@
 //   "minPackets": 0,               // stop holding early once every caller's inbound audio has
 //   "minStreams": 1,               //   this many packets on at least this many streams
 //   "timeoutMs": 15000,            // per caller, to reach a state in "until"
-//   "record": false                // tap the page's remote audio (see TAP below)
+//   "record": false,               // tap the page's remote audio (see TAP below)
+//   "videoMs": 0,                  // at the end, count inbound video frames decoded over
+//                                  //   this long: "videoFps" in the result
+//   "screenshot": "out.png"        // at the end, a PNG of each caller's #media box
+//                                  //   ("out.png", then "out-1.png", ...): "screenshot"
 // }
 // Callers start one after the other (each waits for the previous one to be connected), so
 // the first one creates the room. Result: {"callers": [{state, error, errorText, statusText,
@@ -181,7 +185,23 @@ async function snapshot(run) {
     stats: await window.kefu.stats(),
     events: window.kefu.events,
     transcript: Array.from(document.querySelectorAll("#transcript li"), (li) => li.textContent),
+    avatar: window.kefu.avatar ? JSON.parse(JSON.stringify(window.kefu.avatar)) : null,
   }));
+}
+
+// Inbound video frames decoded per second over ``ms``, from getStats (null: no video stream).
+async function videoRate(run, ms) {
+  const decoded = async () => {
+    const snap = await snapshot(run);
+    const video = snap.stats ? snap.stats.inbound.filter((s) => s.kind === "video") : [];
+    return video.length ? video.reduce((n, s) => n + (s.framesDecoded || 0), 0) : null;
+  };
+  const before = await decoded();
+  const started = Date.now();
+  await new Promise((r) => setTimeout(r, ms));
+  const after = await decoded();
+  if (before === null || after === null) return null;
+  return (after - before) / ((Date.now() - started) / 1000);
 }
 
 function enoughAudio(snap) {
@@ -207,10 +227,16 @@ async function main() {
       await new Promise((r) => setTimeout(r, 250));
     }
     const results = [];
-    for (const run of runs) {
+    for (const [index, run] of runs.entries()) {
       const heard = spec.record ? await dumpTap(run.page) : null;
+      const videoFps = spec.videoMs ? await videoRate(run, spec.videoMs) : null;
+      let screenshot = null;
+      if (spec.screenshot) {
+        screenshot = index ? spec.screenshot.replace(/\.png$/, `-${index}.png`) : spec.screenshot;
+        await run.page.locator("#media").screenshot({ path: screenshot });
+      }
       results.push({ ...(await snapshot(run)), connectMs: run.connectMs, timeout: run.timeout || null,
-        logs: run.logs.slice(-20), heard });
+        logs: run.logs.slice(-20), heard, videoFps, screenshot });
     }
     process.stdout.write(JSON.stringify({ ok: true, callers: results }) + "\n");
   } catch (err) {

@@ -15,7 +15,7 @@ from aiohttp import WSMsgType
 from aiohttp.test_utils import TestClient, TestServer
 
 from kefu.ai_bridge.agent import BargeIn, HandoffRequested, Utterance
-from kefu.ai_bridge.events import CallerEmotionHeard, EscalationRaised
+from kefu.ai_bridge.events import AvatarQualityChanged, CallerEmotionHeard, EscalationRaised
 from kefu.ai_bridge.trace import TurnTrace
 from kefu.mediaserver.bus import EventBus
 from kefu.mediaserver.events import (
@@ -68,6 +68,7 @@ def samples(call_id: str = "c1") -> list[object]:
         CallFailed(call_id, wall, 486, "Busy Here"),
         CallerEmotionHeard(call_id, 2, "angry", -0.81, 0.62, 0.78, "angry", 0.55, "angry", loop),
         EscalationRaised(call_id, 2, "negative_emotion", 2, 0, "angry", -0.8, "angry", loop),
+        AvatarQualityChanged(call_id, "weights", "512", "frames_skipped", wall),
     ]
 
 

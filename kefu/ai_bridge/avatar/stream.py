@@ -19,22 +19,31 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import structlog
 
+from kefu.ai_bridge.avatar.expression import UnknownEmotion
 from kefu.ai_bridge.avatar.face import FaceConfig, FaceDriver, FaceMode
 from kefu.ai_bridge.avatar.lipsync import speech_clip
+from kefu.ai_bridge.avatar.quality import Quality, Step
+from kefu.ai_bridge.avatar.video import AvatarVideo
 from kefu.ai_bridge.avatar.visemes import Notation
 from kefu.ai_bridge.avatar.wire import FrameEncoder, FrameFlags
 from kefu.ai_bridge.barge import FloorAction
+from kefu.ai_bridge.events import AvatarQualityChanged
 from kefu.ai_bridge.speak.base import TtsChunk
 from kefu.errors import InvalidTransition
+from kefu.sfu.video import VideoFanout
 
 __all__ = ["AvatarStream", "BotClock", "attach_room_avatar"]
 
 log = structlog.get_logger(__name__)
+
+EMOTION_INTENSITY = 0.8
+"""How strongly the face shows the reply's tone (1: the full poses of docs/avatar.md)."""
 
 
 class BotClock(Protocol):
@@ -71,6 +80,11 @@ class AvatarStream:
         self.face = FaceDriver(face, start_s=self._now())
         self.encoder = FrameEncoder()
         self.frames_sent = 0
+        self._emotions: list[tuple[float, str]] = []
+        """(start time, emotion) of replies queued to play: the face follows the voice."""
+        self._next_emotion: str | None = None
+        self.video: AvatarVideo | None = None
+        """The rendered video of this face (None: weights only); fed the same frames."""
         self._task: asyncio.Task[None] | None = None
 
     def _now(self) -> float:
@@ -78,8 +92,16 @@ class AvatarStream:
 
     # -- inputs ------------------------------------------------------------------------------
 
+    def reply_emotion(self, emotion: str) -> None:
+        """The tone of the reply about to be synthesized: the face takes it on when that
+        reply's first chunk starts playing (an emotion sink of the responder)."""
+        self._next_emotion = emotion
+
     def tap(self, chunk: TtsChunk, turn_id: int | None) -> TtsChunk:
         """The speech tap: lip-sync ``chunk`` from when its first sample will play."""
+        if self._next_emotion is not None:
+            self._emotions.append((self._now() + self.track.queued_s, self._next_emotion))
+            self._next_emotion = None
         if chunk.phonemes:
             start_s = self._now() + self.track.queued_s
             clip = speech_clip(
@@ -121,9 +143,18 @@ class AvatarStream:
 
     # -- output ------------------------------------------------------------------------------
 
-    def frame(self, now: float) -> bytes:
-        """The encoded frame at ``now`` (advances the face and the sequence)."""
+    def frame(self, now: float, lag_s: float = 0.0) -> bytes:
+        """The encoded frame at ``now`` (advances the face and the sequence); the video, if
+        any, gets the same weights (``lag_s``: how late the pump woke, for its ladder)."""
+        while self._emotions and self._emotions[0][0] <= now:
+            _, emotion = self._emotions.pop(0)
+            try:
+                self.face.set_emotion(emotion, EMOTION_INTENSITY)
+            except UnknownEmotion:  # a tone the face has no pose for keeps the last one
+                log.warning("avatar_emotion_unknown", emotion=emotion)
         weights = self.face.advance(now)
+        if self.video is not None:
+            self.video.tick(now, weights, lag_s)
         flags = FrameFlags.NONE
         if self.face.take_reset():
             flags |= FrameFlags.RESET
@@ -142,8 +173,10 @@ class AvatarStream:
         while True:
             now = self._now()
             if now >= next_at:
-                self.send(self.frame(now))
-                self.frames_sent += 1
+                frame = self.frame(now, now - next_at)
+                if self.video is None or self.video.sends_weights:
+                    self.send(frame)
+                    self.frames_sent += 1
                 next_at += period * max(1, math.floor((now - next_at) / period) + 1)
             await self._sleep(max(0.0, next_at - self._now()))
 
@@ -157,16 +190,45 @@ class AvatarStream:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self.video is not None:
+            await self.video.close()
 
 
-def attach_room_avatar(agent: Any, send: Callable[[bytes], None]) -> AvatarStream | None:
+def attach_room_avatar(
+    agent: Any,
+    send: Callable[[bytes], None],
+    publish_video: Callable[[VideoFanout], object] | None = None,
+    *,
+    owner_id: str = "kefu-bot",
+) -> AvatarStream | None:
     """Give a web room's :class:`~kefu.ai_bridge.agent.CallAgent` an avatar whose frames go to
     ``send`` (the room bot's ``publish_binary``) and start its pump; None when the agent's
-    settings say ``avatar = "off"`` or it cannot take one. The agent's ``close`` stops it."""
+    settings say ``avatar = "off"`` or it cannot take one. The agent's ``close`` stops it.
+
+    With ``avatar = "video"``, a working renderer (``agent.services.avatar``) and
+    ``publish_video``, the face is also rendered for the room members that ask for video:
+    ``publish_video`` gets the :class:`~kefu.sfu.video.VideoFanout` to put in the room, and
+    each quality step is published as :class:`~kefu.ai_bridge.events.AvatarQualityChanged`."""
     settings = getattr(agent, "settings", None)
-    if getattr(settings, "avatar", "off") != "weights" or not hasattr(agent, "attach_avatar"):
+    mode = getattr(settings, "avatar", "off")
+    if mode not in ("weights", "video") or not hasattr(agent, "attach_avatar"):
         return None
-    stream = AvatarStream(agent.outbound, send)
+    fps = float(getattr(settings, "avatar_fps", 30.0))
+    stream = AvatarStream(agent.outbound, send, fps=fps)
+    pool = getattr(getattr(agent, "services", None), "avatar", None)
+    if mode == "video" and publish_video is not None and pool is not None and pool.ready:
+        call_id, publish = agent.call_id, agent.publish
+
+        def on_step(step: Step) -> None:
+            publish(
+                AvatarQualityChanged(
+                    call_id, step.level.value, step.previous.value, step.reason, time.time()
+                )
+            )
+
+        top = Quality.HD if getattr(settings, "avatar_size", "512") == "720p" else Quality.SD
+        stream.video = AvatarVideo(pool, owner_id=owner_id, fps=fps, top=top, on_step=on_step)
+        publish_video(stream.video.fanout)
     agent.attach_avatar(stream)
     stream.start()
     return stream

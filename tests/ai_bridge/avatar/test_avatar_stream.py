@@ -154,6 +154,9 @@ class RecordingStream:
         self.calls.append("tap")
         return chunk
 
+    def reply_emotion(self, emotion: str) -> None:
+        self.calls.append(f"emotion:{emotion}")
+
     def caller_started(self) -> None:
         self.calls.append("caller_started")
 
@@ -180,6 +183,7 @@ async def test_agent_hooks_feed_the_avatar_and_rooms_attach_one() -> None:
     fake = RecordingStream()
     agent.attach_avatar(fake)  # type: ignore[arg-type]
     assert agent.responder.taps == (fake.tap,)
+    assert agent.responder.emotion_sinks == (fake.reply_emotion,)  # the reply's tone
     agent.pause()  # a takeover silences the bot: the mouth closes
     assert fake.calls == ["silence"]
     await agent.close()
@@ -200,3 +204,39 @@ async def test_agent_hooks_feed_the_avatar_and_rooms_attach_one() -> None:
     assert attach_room_avatar(off, sent.append) is None and off.avatar is None
     await off.close()
     assert attach_room_avatar(object(), sent.append) is None  # a test double without settings
+
+
+def test_the_face_takes_on_the_reply_tone_when_that_reply_starts_playing() -> None:
+    from kefu.ai_bridge.avatar.arkit import INDEX
+
+    clock = [100.0]
+
+    class Track:
+        queued_s = 0.5  # the reply starts after half a second of audio already queued
+
+        def media_s(self, now: float) -> float:
+            return now
+
+    stream = AvatarStream(Track(), lambda _: None, clock=lambda: clock[0])
+    stream.reply_emotion("happy")
+    stream.tap(_silent_chunk(), turn_id=1)
+    smile = INDEX["mouthSmileLeft"]
+    from kefu.ai_bridge.avatar.wire import decode_frame
+
+    def smile_at(t: float) -> float:
+        clock[0] = t
+        return float(decode_frame(stream.frame(t)).weights[smile])
+
+    assert smile_at(100.2) < 0.02  # the earlier audio still plays: no smile yet
+    assert smile_at(101.6) > 0.25  # eased in after the reply began at 100.5
+    stream.reply_emotion("no-such-tone")  # ignored, never raised into the call
+    stream.tap(_silent_chunk(), turn_id=2)
+    assert smile_at(103.0) > 0.25
+
+
+def _silent_chunk():
+    import numpy as np
+
+    from kefu.ai_bridge.speak.base import TtsChunk
+
+    return TtsChunk(np.zeros(2205, np.int16), 22050, "")
