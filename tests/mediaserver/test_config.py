@@ -43,6 +43,10 @@ def test_toml_then_env_then_overrides(tmp_path):
         ("[trunk]\nmax_redirects = -1\n", "trunk.max_redirects"),
         ('[trunk]\nfrom_user = "a@b"\n', "trunk.from_user"),
         ('[trunk]\npassword = "x"\n', "trunk.username"),
+        ('[ai]\navatar = "hologram"\n', "ai.avatar"),
+        ('[ai]\navatar_size = "4k"\n', "ai.avatar_size"),
+        ("[ai]\navatar_fps = 0\n", "ai.avatar_fps"),
+        ("[ai]\navatar_fps = 120\n", "ai.avatar_fps"),
         ("[sip\n", "--config"),
     ],
 )
