@@ -17,7 +17,7 @@ from kefu.sip.dialog import DialogId, OkRetransmitter
 from kefu.sip.message import Request
 from kefu.sip.refer import ReferSubscription, build_refer
 from kefu.sip.sdp import SessionDescription
-from kefu.sip.session_timer import negotiate_uas
+from kefu.sip.session_timer import negotiate_request
 from kefu.sip.transaction import ServerTransaction
 from kefu.sip.ua_core import UaCore
 from kefu.sip.ua_leg import ACCEPT, ALLOW, SUPPORTED, Leg, dtmf_from_info
@@ -79,10 +79,8 @@ class InDialogMixin(UaCore):
     def _refresh(self, leg: Leg, req: Request, now: float) -> tuple[tuple[str, str], ...]:
         """A re-INVITE or UPDATE refreshed the session (RFC 4028 §9)."""
         try:
-            session = negotiate_uas(
-                req.headers.get("Session-Expires"),
-                req.headers.get("Min-SE"),
-                req.headers.get_all("Supported"),
+            session = negotiate_request(
+                req,
                 our_min_se=self.settings.min_se,
                 preferred_interval=self.settings.session_expires or None,
             )

@@ -20,7 +20,7 @@ from kefu.sip.delayed_offer import AnswerRejected, PendingOffer, read_ack_answer
 from kefu.sip.dialog import Dialog, DialogId, OkRetransmitter, new_tag
 from kefu.sip.message import Request
 from kefu.sip.sdp import SessionDescription
-from kefu.sip.session_timer import SessionTimer, negotiate_uas
+from kefu.sip.session_timer import SessionTimer, negotiate_request
 from kefu.sip.transaction import ServerInviteTransaction, ServerTransaction
 from kefu.sip.ua_core import UaCore
 from kefu.sip.ua_events import Peer
@@ -40,10 +40,8 @@ class UasMixin(UaCore):
             self._respond(tx, 400, "Missing Contact header", now=now)
             return
         try:
-            session = negotiate_uas(
-                req.headers.get("Session-Expires"),
-                req.headers.get("Min-SE"),
-                req.headers.get_all("Supported"),
+            session = negotiate_request(
+                req,
                 our_min_se=self.settings.min_se,
                 preferred_interval=self.settings.session_expires or None,
             )

@@ -128,58 +128,35 @@ def test_the_caller_page_shows_the_avatar_video_or_draws_it_from_weights(
 ) -> None:
     require_chromium()
     kefu, secret = server
-    shot = tmp_path / "media.png"
     mic = str(_silence(tmp_path / "mic.wav", 20.0))
-    result = run_driver(
-        tmp_path,
-        [
-            {
-                "url": page_url(
-                    kefu.http,
-                    token=token(secret, "avatar-page"),
-                    room="avatar-page",
-                    avatar="video",
-                ),
-                "wav": mic,
-            }
-        ],
-        holdMs=6000,
-        videoMs=3000,
-        screenshot=str(shot),
-        timeoutMs=20000,
-        timeout_s=120,
-    )
-    caller = result["callers"][0]
-    assert caller["state"] == "in-call", caller
-    assert caller["videoFps"] is not None and caller["videoFps"] >= 25.0, caller["videoFps"]
+
+    def caller(mode: str, **spec: Any) -> tuple[dict[str, Any], Path]:
+        room, shot = f"avatar-{mode}", tmp_path / f"{mode}.png"
+        url = page_url(kefu.http, token=token(secret, room), room=room, avatar=mode)
+        result = run_driver(
+            tmp_path,
+            [{"url": url, "wav": mic}],
+            holdMs=6000,
+            screenshot=str(shot),
+            timeoutMs=20000,
+            timeout_s=120,
+            **spec,
+        )
+        (one,) = result["callers"]
+        assert one["state"] == "in-call", one
+        return one, shot
+
+    seen, shot = caller("video", videoMs=3000)
+    assert seen["videoFps"] is not None and seen["videoFps"] >= 25.0, seen["videoFps"]
     _assert_face(shot)
 
-    result = run_driver(
-        tmp_path,
-        [
-            {
-                "url": page_url(
-                    kefu.http,
-                    token=token(secret, "avatar-weights"),
-                    room="avatar-weights",
-                    avatar="weights",
-                ),
-                "wav": mic,
-            }
-        ],
-        holdMs=6000,
-        timeoutMs=20000,
-        timeout_s=120,
-        screenshot=str(tmp_path / "canvas.png"),
-    )
-    caller = result["callers"][0]
-    assert caller["state"] == "in-call", caller
-    inbound = caller["stats"]["inbound"]
+    drawn, shot = caller("weights")
+    inbound = drawn["stats"]["inbound"]
     assert not any(s["kind"] == "video" for s in inbound), inbound
-    avatar = caller["avatar"]
+    avatar = drawn["avatar"]
     assert avatar["mode"] == "weights" and avatar["show"] == "canvas", avatar
     assert avatar["meshReady"] and avatar["frames"] > 60, avatar  # weights in, mesh loaded
-    _assert_face(tmp_path / "canvas.png")
+    _assert_face(shot)
 
 
 def _assert_face(png: Path) -> None:
