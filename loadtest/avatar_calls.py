@@ -40,6 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mode", choices=("video", "weights"), default="video")
     parser.add_argument("--config", default=None, help="kefu config for the JWT secret")
     parser.add_argument("--json", dest="json_out")
+    parser.add_argument(
+        "--keep", default=None, metavar="DIR", help="keep each call's heard/w/v files in DIR"
+    )
 
 
 def _offset(heard: Path, times: np.ndarray, mouth: np.ndarray) -> dict[str, Any] | None:
@@ -125,8 +128,12 @@ def summarize(rows: list[dict[str, Any]], mode: str) -> dict[str, Any]:
 
 
 def main(args: argparse.Namespace) -> int:
-    with tempfile.TemporaryDirectory(prefix="avatar-calls-") as tmp:
-        summary = asyncio.run(run(args, Path(tmp)))
+    if args.keep:
+        Path(args.keep).mkdir(parents=True, exist_ok=True)
+        summary = asyncio.run(run(args, Path(args.keep)))
+    else:
+        with tempfile.TemporaryDirectory(prefix="avatar-calls-") as tmp:
+            summary = asyncio.run(run(args, Path(tmp)))
     text = json.dumps(summary, indent=2)
     sys.stdout.write(text + "\n")
     if args.json_out:

@@ -96,6 +96,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "weights", help="the JSON lines --weights wrote, or the .y4m --video-record wrote"
     )
     parser.add_argument("--max-lag-ms", type=int, default=300)
+    parser.add_argument("--plot", default=None, metavar="OUT.png", help="draw the timeline")
+    parser.add_argument(
+        "--video", default=None, metavar="V.y4m", help="with --plot: also the video's mouth"
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -117,4 +121,18 @@ def main(args: argparse.Namespace) -> int:
         jaw = np.array([f["jawOpen"] for f in frames], np.float64)
     summary = lipsync_offset(audio, rate, t0, times, jaw, max_lag_ms=args.max_lag_ms)
     sys.stdout.write(json.dumps(summary) + "\n")
+    if args.plot:
+        from loadtest.avatar_plots import plot_timeline
+
+        kind = "video" if str(args.weights).endswith(".y4m") else "jawOpen (weights)"
+        curves = [(f"{kind}, {summary['offset_ms']:+d} ms", times, jaw)]
+        if args.video:
+            from loadtest.video_record import read_y4m
+
+            lumas, arrivals = read_y4m(args.video)
+            v_times = np.array(arrivals, np.float64)
+            v_mouth = video_mouth(lumas[: len(v_times)])
+            by_video = lipsync_offset(audio, rate, t0, v_times, v_mouth)
+            curves.append((f"mouth in the video, {by_video['offset_ms']:+d} ms", v_times, v_mouth))
+        plot_timeline(Path(args.plot), audio, rate, t0, curves)
     return 0
