@@ -116,6 +116,12 @@ def main(argv: list[str] | None = None) -> int:
         sub.add_parser("avatar-render", help="avatar frame cost: render, VP8 and H.264 encode")
     )
 
+    from loadtest import tls_srtp
+
+    tls_srtp.add_arguments(
+        sub.add_parser("tls-srtp", help="TLS handshake ms per connection, SRTP us per packet")
+    )
+
     from loadtest import flood
 
     flood.add_arguments(
@@ -157,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         _emit(summary, *events_bench.table(summary), args.json_out)
         return 0
+    if args.command == "tls-srtp":
+        return tls_srtp.main(args)
     if args.command == "flood":
         return flood.main(args)
     if args.command == "avatar-render":

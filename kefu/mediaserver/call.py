@@ -239,6 +239,8 @@ class Call:
                     "sent": stats.packets_sent,
                     "lost": stats.packets_lost,
                     "jitter_ms": round(stats.jitter_ms, 2),
+                    "srtp": n.srtp.suite if n and n.srtp else None,
+                    "srtp_dropped": self.endpoint.srtp_dropped if self.endpoint else 0,
                 }
                 if stats
                 else None

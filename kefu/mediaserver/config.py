@@ -22,9 +22,11 @@ from kefu.ai_bridge.listen.asr.language import LANGUAGE_MODES, check_language_ma
 from kefu.ai_bridge.settings import AiSettings
 from kefu.cluster.settings import ClusterConfig, StateConfig, check_cluster
 from kefu.errors import ConfigError
+from kefu.mediaserver.tls import server_context
 from kefu.mediaserver.trunk_config import TrunkConfig, check_trunk
 from kefu.rtp.session import LATCHING_MODES, Latching
 from kefu.signaling.api_access import TransferAllowList
+from kefu.sip.offer_answer import SRTP_POLICIES, SrtpPolicy
 
 MEDIA_MODES = ("echo", "prompt", "ai")
 AVATAR_MODES = ("video", "weights", "off")
@@ -98,6 +100,17 @@ class SipConfig:
     """SIP URI of the call center's human queue, used by REFER (DTMF 0 or the HTTP API)."""
     transfer_digit: str | None = "0"
     """DTMF digit that asks for a human; None disables it."""
+    tls_listen: HostPort | None = None
+    """SIP over TLS (``sips:``, RFC 3261 §26.2) on this address, beside UDP/TCP; None: off.
+    Needs ``tls_cert`` and ``tls_key``."""
+    tls_cert: str | None = None
+    """PEM certificate chain of the SIP-over-TLS listener."""
+    tls_key: str | None = None
+    """PEM private key of ``tls_cert``."""
+    tls_ca: str | None = None
+    """PEM CA bundle that trunks' client certificates must chain to (``tls_verify_client``)."""
+    tls_verify_client: bool = False
+    """Require and verify a client certificate from every TLS trunk (mutual TLS)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +120,10 @@ class RtpConfig:
     codecs: tuple[str, ...] = ("PCMU", "PCMA", "G722", "opus")
     """Codec preference order for answers (the offerer's order wins when honour_offer_order)."""
     honour_offer_order: bool = True
+    srtp: SrtpPolicy = "optional"
+    """SDES-SRTP on SIP legs (RFC 4568): ``optional`` answers RTP/SAVP offers with SRTP and
+    RTP/AVP offers with plain RTP; ``required`` refuses plain offers (488) and kefu's own
+    offers (delayed offer, outbound) are RTP/SAVP; ``off`` refuses RTP/SAVP (488)."""
     latching: Latching = "sdp_host"
     """Whose RTP a SIP leg accepts (kefu.rtp.session): ``sdp_host`` only the host the SDP
     named (any port); ``symmetric`` whoever sends first, from anywhere (callers whose SDP
@@ -158,6 +175,11 @@ class HttpConfig:
     trusted_proxies: tuple[str, ...] = ()
     """Networks of reverse proxies (an ingress, a load balancer) whose ``X-Forwarded-For``
     names the client; empty: the peer's address is the client's."""
+    tls_cert: str | None = None
+    """PEM certificate chain: with ``tls_key`` the HTTP/WebSocket port serves HTTPS/WSS
+    only; unset: plain HTTP (meant for loopback or behind a TLS-terminating ingress)."""
+    tls_key: str | None = None
+    """PEM private key of ``tls_cert``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,9 +272,15 @@ def parse_port_range(text: str, key: str = "rtp.ports") -> tuple[int, int]:
     return lo, hi
 
 
+_OPTIONAL_ADDRESSES = frozenset({"sip.tls_listen"})
+"""Listen addresses that are off (None) by default."""
+
+
 def _coerce(key: str, current: Any, value: Any) -> Any:
     """Convert a TOML/env value to the type of the default it replaces."""
-    if isinstance(current, HostPort):
+    if isinstance(current, HostPort) or key in _OPTIONAL_ADDRESSES:
+        if key in _OPTIONAL_ADDRESSES and value in (None, ""):
+            return None
         return HostPort.parse(str(value), key)
     if key == "rtp.ports":
         if isinstance(value, list | tuple) and len(value) == 2:
@@ -316,6 +344,27 @@ def _env_overrides(config: Config, environ: Mapping[str, str]) -> dict[str, Any]
     return tree
 
 
+def _check_tls(config: Config) -> None:
+    """Every TLS file loads at start (kefu.mediaserver.tls raises a ConfigError naming it)."""
+    sip, http = config.sip, config.http
+    if sip.tls_listen is not None:
+        if not sip.tls_cert or not sip.tls_key:
+            raise ConfigError(
+                "sip.tls_listen needs sip.tls_cert and sip.tls_key", key="sip.tls_cert"
+            )
+        server_context(
+            sip.tls_cert,
+            sip.tls_key,
+            section="sip",
+            ca=sip.tls_ca,
+            verify_client=sip.tls_verify_client,
+        )
+    if bool(http.tls_cert) != bool(http.tls_key):
+        raise ConfigError("http.tls_cert and http.tls_key go together", key="http.tls_cert")
+    if http.tls_cert and http.tls_key:
+        server_context(http.tls_cert, http.tls_key, section="http")
+
+
 def _validate(config: Config) -> Config:
     if config.calls.media_mode not in MEDIA_MODES:
         raise ConfigError(
@@ -350,6 +399,12 @@ def _validate(config: Config) -> Config:
         raise ConfigError(
             f"rtp.latching must be one of {', '.join(LATCHING_MODES)}, got {config.rtp.latching!r}",
             key="rtp.latching",
+        )
+    _check_tls(config)
+    if config.rtp.srtp not in SRTP_POLICIES:
+        raise ConfigError(
+            f"rtp.srtp must be one of {', '.join(SRTP_POLICIES)}, got {config.rtp.srtp!r}",
+            key="rtp.srtp",
         )
     if config.calls.max_concurrent < 1:
         raise ConfigError("calls.max_concurrent must be at least 1", key="calls.max_concurrent")

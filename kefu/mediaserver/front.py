@@ -9,6 +9,7 @@ the workers host as its own (:mod:`kefu.mediaserver.worker_link`).
 
 from __future__ import annotations
 
+import ipaddress
 import time
 from typing import TYPE_CHECKING
 
@@ -18,6 +19,7 @@ from aiohttp import web
 from kefu.cluster.front import start_cluster_front, wire_cluster
 from kefu.mediaserver.agent_room import AGENT_ROOM_PREFIX
 from kefu.mediaserver.room_workers import RoomWorkers
+from kefu.mediaserver.tls import server_context
 from kefu.mediaserver.worker_link import WorkerLink
 from kefu.signaling.relay import ShardRelay
 from kefu.signaling.shards import FRONT, ShardRouter
@@ -47,6 +49,18 @@ async def start_front(server: KefuServer) -> None:
     listen = config.sip.listen
     server.sip_address = await server.sip.start(listen.host, listen.port)
     server.ua.set_local_address(*server.sip_address)
+    sip = config.sip
+    if sip.tls_listen is not None and sip.tls_cert and sip.tls_key:
+        context = server_context(
+            sip.tls_cert,
+            sip.tls_key,
+            section="sip",
+            ca=sip.tls_ca,
+            verify_client=sip.tls_verify_client,
+        )
+        tls = sip.tls_listen
+        server.sip_tls_address = await server.sip.start_tls(tls.host, tls.port, context)
+        server.ua.set_tls_port(server.sip_tls_address[1])
     if server.shards > 1:
         workers = RoomWorkers(config, server.shards - 1, uvloop_ok=server.uvloop_ok)
         server.room_workers = workers
@@ -75,18 +89,26 @@ async def start_front(server: KefuServer) -> None:
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     server.http = runner
     await runner.setup()
-    site = web.TCPSite(runner, config.http.listen.host, config.http.listen.port)
+    http = config.http
+    https = None
+    if http.tls_cert and http.tls_key:
+        https = server_context(http.tls_cert, http.tls_key, section="http")
+    elif not ipaddress.ip_address(http.listen.host).is_loopback:
+        log.warning("http_without_tls", listen=str(http.listen), hint="set http.tls_cert/tls_key")
+    site = web.TCPSite(runner, http.listen.host, http.listen.port, ssl_context=https)
     await site.start()
     host, port = runner.addresses[0][:2]
     server.http_address = (host, port)
+    scheme = "https" if https is not None else "http"
     if server.cluster is not None:
-        await start_cluster_front(server, f"http://{host}:{port}")
+        await start_cluster_front(server, f"{scheme}://{host}:{port}")
     server.spawn(server.metrics.watch_loop_lag(), "loop-lag")
     server.spawn(server.sweep_rooms(), "room-sweep")
     log.info(
         "kefu_started",
         sip=f"{server.sip_address[0]}:{server.sip_address[1]}",
-        http=f"{host}:{port}",
+        sip_tls=server.sip_tls_address and "{}:{}".format(*server.sip_tls_address),
+        http=f"{scheme}://{host}:{port}",
         media_mode=config.calls.media_mode,
         rtp_ports="{}-{}".format(*config.rtp.ports),
         room_shards=server.shards,

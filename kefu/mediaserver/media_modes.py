@@ -125,7 +125,10 @@ class MediaModes:
             n.ptime,
             (n.remote_address, n.remote_rtcp_port),
             direction=n.direction,
+            srtp=n.srtp,
         )
+        dropped = self.metrics.rtp_dropped
+        ep.on_srtp_drop = lambda drop: dropped.labels(drop.reason).inc()
         if self.recordings is not None and call.recording is None:
             call.recording = self.recordings.open(call.id, ep.loop_time())
             ep.recorder = call.recording.feed

@@ -48,6 +48,7 @@ from kefu.sip import ua as sipua
 from kefu.sip import ua_events as sipev
 from kefu.sip.aio import SipTransport
 from kefu.sip.offer_answer import accept_answer, make_offer
+from kefu.sip.sdes import new_offer_keys as new_srtp_keys
 from kefu.sip.sdp import SessionDescription
 from kefu.sip.ua_events import Peer
 from kefu.sip.uac import DialSpec
@@ -138,6 +139,9 @@ class Dialer:
             codecs=self.config.rtp.codecs,
             session_id=secrets.randbits(48),
             session_version=1,
+            # rtp.srtp = "required": an RTP/SAVP offer with SDES keys (the answer's keys are
+            # read by accept_answer; media_modes starts SRTP from Negotiated.srtp).
+            srtp_keys=new_srtp_keys() if self.config.rtp.srtp == "required" else (),
         )
         trunk = self.config.trunk
         from_uri = self.from_uri(request.from_)

@@ -86,6 +86,8 @@ class KefuServer:
         """The front's view of the calls its room workers host (None: no workers)."""
         self.http: web.AppRunner | None = None
         self.sip_address: tuple[str, int] | None = None
+        self.sip_tls_address: tuple[str, int] | None = None
+        """The SIP-over-TLS listener's address (``sip.tls_listen``), None when off."""
         self.http_address: tuple[str, int] | None = None
         self.metrics = Metrics()
         self.bus = EventBus()

@@ -28,6 +28,7 @@ from kefu.mediaserver.media_modes import MediaModes
 from kefu.mediaserver.metrics import Metrics
 from kefu.rtp.aio import RtpEndpoint
 from kefu.rtp.ports import PortAllocator
+from kefu.sip import sdes
 from kefu.sip import ua as sipua
 from kefu.sip.aio import SipTransport
 from kefu.sip.offer_answer import (
@@ -110,6 +111,7 @@ class SipAnswerer:
                 honour_offer_order=self.config.rtp.honour_offer_order,
                 session_id=secrets.randbits(48),
                 session_version=1,
+                srtp=self.config.rtp.srtp,
             )
         except SdpError as exc:
             self.reject(call, 488, None, warning=warning_for(exc))
@@ -161,12 +163,20 @@ class SipAnswerer:
             codecs=self.config.rtp.codecs,
             session_id=secrets.randbits(48),
             session_version=1,
+            srtp_keys=self._offer_keys(None),
         )
         self.ua.answer_with_offer(call.leg, offer, time.monotonic())
         self.metrics.invite_to_answer.observe(time.monotonic() - call.received_monotonic)
         call.log.info("delayed_offer_sent", rtp_port=endpoint.local_port)
         self.sip.flush()
         return True
+
+    def _offer_keys(self, previous: Negotiated | None) -> list[bytes]:
+        """SDES keys for kefu's own offer: with ``rtp.srtp = "required"``, or when the call
+        already runs SRTP (an offerless re-INVITE must not fall back to plain RTP)."""
+        if self.config.rtp.srtp == "required" or (previous is not None and previous.srtp):
+            return sdes.new_offer_keys()
+        return []
 
     def ack_answered(self, call: Call, negotiated: Negotiated) -> None:
         """The ACK answered the offer in our 200 OK: start the media (``ai_active``), or
@@ -234,6 +244,7 @@ class SipAnswerer:
                 codecs=self.config.rtp.codecs,
                 session_id=0,
                 session_version=0,
+                srtp_keys=self._offer_keys(previous),
             )
             offer = continue_origin(offer, previous)
             self.ua.answer_reinvite_with_offer(call.leg, offer, time.monotonic())
@@ -247,6 +258,7 @@ class SipAnswerer:
                 preferences=self.config.rtp.codecs,
                 honour_offer_order=self.config.rtp.honour_offer_order,
                 previous=previous,
+                srtp=self.config.rtp.srtp,
             )
         except SdpError as exc:
             self.ua.reject_reinvite(call.leg, 488, headers=(("Warning", warning_for(exc)),))
@@ -266,5 +278,6 @@ class SipAnswerer:
             payload_type=negotiated.payload_type,
             dtmf_payload_type=negotiated.dtmf_payload_type,
             direction=negotiated.direction,
+            srtp=negotiated.srtp,
         )
         call.log.info("reinvite", codec=negotiated.codec, direction=negotiated.direction)

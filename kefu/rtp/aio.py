@@ -6,9 +6,10 @@ API CONTRACT:
                                 relatch_after=2.0, rtcp_interval=5.0, log=None)
     ep.local_port -> int                      (RTCP on local_port + 1 unless rtcp-mux)
     ep.start(remote, codec, payload_type, dtmf_payload_type, ptime_ms=20, remote_rtcp=None,
-             *, rtcp_mux=False, direction="sendrecv")
+             *, rtcp_mux=False, direction="sendrecv", srtp=None)
     ep.update(*, remote=..., remote_rtcp=..., codec=..., payload_type=...,
-              dtmf_payload_type=..., direction=...)   # re-INVITE: hold/unhold, codec change
+              dtmf_payload_type=..., direction=..., srtp=...)   # re-INVITE: hold, codec, keys
+    ep.srtp_dropped -> int; ep.on_srtp_drop: Callable[[SrtpDrop], None] | None
     ep.inbound -> RtpInboundTrack             the caller's audio (kind "audio")
     ep.play(track | None)                     what we send; replaces the previous source
     ep.send_dtmf(digit)
@@ -21,6 +22,11 @@ sending (the played source is still drained so it stays in real time); RTCP cont
 Both sockets accept RTP and RTCP (demuxed per RFC 5761), so rtcp-mux needs no rebinding.
 Datagrams that arrive before start() are dropped: with no negotiated codec nothing can be
 made of them (counted in ``dropped_before_start``).
+
+With ``srtp`` keys (SDES, RFC 4568) every datagram is unprotected before the session sees it
+and every RTP/RTCP packet protected as it leaves (:mod:`kefu.rtp.srtp`). One that fails
+authentication or replay checks is dropped, counted (``srtp_dropped``, ``on_srtp_drop``;
+the first logged as ``srtp_dropped``) and never decoded nor echoed.
 """
 
 from __future__ import annotations
@@ -44,7 +50,9 @@ from kefu.rtp.session import (
     RtpStats,
     SourceLatched,
 )
+from kefu.rtp.srtp import SrtpContext, SrtpDrop
 from kefu.rtp.track import RtpInboundTrack, RtpSender
+from kefu.sip.sdes import SrtpKeys
 
 Direction = Literal["sendrecv", "sendonly", "recvonly", "inactive"]
 _SENDING: frozenset[str] = frozenset({"sendrecv", "sendonly"})
@@ -112,6 +120,11 @@ class RtpEndpoint:
         self._timer: asyncio.TimerHandle | None = None
         self._closed = False
         self._reflecting = False
+        self._srtp: SrtpContext | None = None
+        self._srtp_dropped_before = 0
+        """Drops counted by SRTP contexts replaced at a re-key."""
+        self.on_srtp_drop: Callable[[SrtpDrop], None] | None = None
+        """Told of each inbound datagram SRTP dropped (the server counts it in a metric)."""
 
     @classmethod
     async def open(
@@ -157,12 +170,14 @@ class RtpEndpoint:
         *,
         rtcp_mux: bool = False,
         direction: Direction = "sendrecv",
+        srtp: SrtpKeys | None = None,
     ) -> None:
         """Begin media once SDP is agreed (one call per endpoint; then use update())."""
         if self._closed:
             raise RuntimeError("RtpEndpoint is closed")
         if self._session is not None:
             raise RuntimeError("RtpEndpoint already started; use update()")
+        self._set_srtp(srtp)
         self._ptime_ms = ptime_ms
         self._session = RtpSession(
             payload_type=payload_type,
@@ -183,7 +198,13 @@ class RtpEndpoint:
         self._sender.sending = direction in _SENDING
         self._sender.set_source(self._source)
         self._sender.start()
-        self._log.info("rtp_started", remote=remote, codec=codec.name, pt=payload_type)
+        self._log.info(
+            "rtp_started",
+            remote=remote,
+            codec=codec.name,
+            pt=payload_type,
+            srtp=srtp.suite if srtp is not None else None,
+        )
 
     def update(
         self,
@@ -194,11 +215,16 @@ class RtpEndpoint:
         payload_type: int | None = None,
         dtmf_payload_type: int | None = _UNSET,
         direction: Direction | None = None,
+        srtp: SrtpKeys | None = _UNSET,
     ) -> None:
-        """Apply a re-INVITE: new address (unlatches), codec change, or hold/unhold."""
+        """Apply a re-INVITE: new address (unlatches), codec change, hold/unhold, new SRTP
+        keys (a context is kept while its keys are unchanged: no re-key, no replay reset)."""
         session, sender = self._session, self._sender
         if session is None or sender is None:
             raise RuntimeError("RtpEndpoint.update() before start()")
+        if srtp is not _UNSET:
+            if srtp != self.srtp:
+                self._set_srtp(srtp)
         if remote is not _UNSET or remote_rtcp is not _UNSET:
             new_remote = session.sdp_address if remote is _UNSET else remote
             new_rtcp = None if remote_rtcp is _UNSET else remote_rtcp
@@ -248,6 +274,22 @@ class RtpEndpoint:
         return self._sender
 
     @property
+    def srtp(self) -> SrtpKeys | None:
+        """The SRTP keys in use; None for plain RTP."""
+        return self._srtp.keys if self._srtp is not None else None
+
+    @property
+    def srtp_dropped(self) -> int:
+        """Inbound datagrams SRTP dropped on this call (bad tag, replay, malformed)."""
+        now = self._srtp.dropped_total if self._srtp is not None else 0
+        return self._srtp_dropped_before + now
+
+    def _set_srtp(self, keys: SrtpKeys | None) -> None:
+        if self._srtp is not None:
+            self._srtp_dropped_before += self._srtp.dropped_total
+        self._srtp = SrtpContext(keys) if keys is not None else None
+
+    @property
     def stats(self) -> RtpStats:
         if self._session is None:
             return _EMPTY_STATS
@@ -260,6 +302,12 @@ class RtpEndpoint:
         if session is None or self._closed:
             self.dropped_before_start += 1
             return
+        if self._srtp is not None:
+            clear = self._srtp.unprotect(data)
+            if isinstance(clear, SrtpDrop):
+                self._srtp_refused(clear, addr)
+                return
+            data = clear
         try:
             events = session.receive_datagram(data, addr, self._loop.time())
             for event in events:
@@ -283,6 +331,12 @@ class RtpEndpoint:
                 self._log.exception("rtp_receive_failed")
         if self._timer is None:
             self._arm_rtcp()
+
+    def _srtp_refused(self, drop: SrtpDrop, addr: Address) -> None:
+        if self.srtp_dropped == 1:
+            self._log.warning("srtp_dropped", reason=drop.reason, source=addr, error=drop.detail)
+        if self.on_srtp_drop is not None:
+            self.on_srtp_drop(drop)
 
     def loop_time(self) -> float:
         """The clock of this endpoint's packet times (the event loop's)."""
@@ -308,6 +362,8 @@ class RtpEndpoint:
             return
         remote = session.remote_address
         if remote is not None:
+            if self._srtp is not None:
+                data = self._srtp.protect_rtp(data)
             self._rtp.sendto(data, remote)
         if self._timer is None:
             self._arm_rtcp()
@@ -320,6 +376,8 @@ class RtpEndpoint:
         if remote is None:
             return
         transport = self._rtp if session.rtcp_mux else self._rtcp
+        if self._srtp is not None:
+            data = self._srtp.protect_rtcp(data)
         transport.sendto(data, remote)
 
     def _arm_rtcp(self) -> None:

@@ -1,4 +1,10 @@
-"""The only SIP file doing I/O: UDP and TCP transports around the sans-IO :class:`UserAgent`.
+"""The only SIP file doing I/O: UDP, TCP and TLS transports around the sans-IO :class:`UserAgent`.
+
+TLS (RFC 3261 §26.2, ``sips:``) is TCP with the TLS record layer done here through an
+:class:`ssl.SSLObject` on memory BIOs: the same connection code, caps and deadlines (the
+handshake must finish within ``message_timeout``), and a handshake that fails (an expired,
+self-signed or untrusted certificate, a client speaking plain TCP) is logged, counted
+(``tls_handshake_failed`` / ``tls_bad_certificate``) and closes only that connection.
 
 After anything is fed in (a datagram, a TCP chunk, a timer, an action by the application) the
 owner calls :meth:`SipTransport.flush`, which sends what the user agent queued and re-arms its
@@ -9,8 +15,10 @@ one timer. The user agent answers to the packet's source (RFC 3261 §18.2.2 with
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import math
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +36,9 @@ __all__ = ["TCP_DROP_REASONS", "SipTransport", "TcpLimits"]
 
 log = structlog.get_logger("kefu.sip")
 
+DEFAULT_HANDSHAKE_TIMEOUT = 10.0
+"""Seconds a TLS handshake may take when ``message_timeout`` is 0."""
+
 BIND_ATTEMPTS = 8
 """Ephemeral UDP ports tried before giving up when TCP cannot take the same number."""
 
@@ -37,6 +48,8 @@ TCP_DROP_REASONS = (
     "tcp_idle",
     "tcp_message_timeout",
     "too_large",
+    "tls_handshake_failed",
+    "tls_bad_certificate",
 )
 """Why the transport closed or refused a TCP connection (bounded metric label set)."""
 
@@ -84,8 +97,13 @@ class _Udp(asyncio.DatagramProtocol):
 class _TcpConnection(asyncio.Protocol):
     """One accepted connection: framing, its two deadlines (idle, message) and its cap."""
 
-    def __init__(self, owner: SipTransport) -> None:
+    def __init__(self, owner: SipTransport, tls: ssl.SSLContext | None = None) -> None:
         self.owner = owner
+        self.tls_context = tls
+        self._tls: ssl.SSLObject | None = None
+        self._tls_in = ssl.MemoryBIO()
+        self._tls_out = ssl.MemoryBIO()
+        self.handshake_done = tls is None
         self.framer = StreamFramer(owner.tcp_limits.max_message_bytes)
         self.peer: Peer | None = None
         self.transport: asyncio.Transport | None = None
@@ -99,7 +117,7 @@ class _TcpConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
         host, port = transport.get_extra_info("peername")[:2]
-        peer = Peer("tcp", str(host), int(port))
+        peer = Peer("tcp" if self.tls_context is None else "tls", str(host), int(port))
         refused = self.owner._tcp_refusal(peer.host)
         if refused is not None:
             self.owner.dropped(refused, peer.host)
@@ -107,11 +125,71 @@ class _TcpConnection(asyncio.Protocol):
             return
         self.peer = peer
         self.owner._tcp_opened(self)
+        if self.tls_context is not None:
+            self._tls = self.tls_context.wrap_bio(self._tls_in, self._tls_out, server_side=True)
+            self.message_started = time.monotonic()  # the handshake has message_timeout
         self._arm()
+
+    def write(self, data: bytes) -> None:
+        """Send ``data`` on this connection (encrypted on TLS)."""
+        assert self.transport is not None
+        if self._tls is None:
+            self.transport.write(data)
+            return
+        self._tls.write(data)
+        self._flush_tls()
+
+    def _flush_tls(self) -> None:
+        out = self._tls_out.read()
+        if out and self.transport is not None:
+            self.transport.write(out)
+
+    def _tls_receive(self, data: bytes) -> bytes | None:
+        """The clear bytes in ``data``; None once the connection has failed and closes."""
+        assert self._tls is not None and self.peer is not None and self.transport is not None
+        self._tls_in.write(data)
+        try:
+            if not self.handshake_done:
+                try:
+                    self._tls.do_handshake()
+                except ssl.SSLWantReadError:
+                    self._flush_tls()
+                    return b""
+                self.handshake_done = True
+                self.message_started = None
+                self.owner._tls_handshaken(self)
+            chunks: list[bytes] = []
+            while True:
+                try:
+                    chunk = self._tls.read(65536)
+                except ssl.SSLWantReadError:
+                    break
+                except ssl.SSLZeroReturnError:  # close_notify: answer it, then close
+                    with contextlib.suppress(ssl.SSLError):
+                        self._tls.unwrap()
+                    self._flush_tls()
+                    self.transport.close()
+                    break
+                if not chunk:
+                    break
+                chunks.append(chunk)
+        except ssl.SSLError as exc:
+            self._flush_tls()  # the alert, so the peer learns why
+            self.handshake_done = True  # counted once, here
+            self.owner._tls_failed(self.peer, exc)
+            self.transport.abort()
+            return None
+        self._flush_tls()
+        return b"".join(chunks)
 
     def data_received(self, data: bytes) -> None:
         if self.peer is None or self.transport is None or self.transport.is_closing():
             return
+        if self._tls is not None:
+            clear = self._tls_receive(data)
+            if not clear:
+                return
+            data = clear
         now = time.monotonic()
         try:
             messages = self.framer.feed(data)
@@ -139,6 +217,9 @@ class _TcpConnection(asyncio.Protocol):
         due = self.last_activity + limits.idle_timeout if limits.idle_timeout > 0 else math.inf
         if self.message_started is not None and limits.message_timeout > 0:
             due = min(due, self.message_started + limits.message_timeout)
+        elif not self.handshake_done:  # a handshake never waits forever
+            assert self.message_started is not None
+            due = min(due, self.message_started + DEFAULT_HANDSHAKE_TIMEOUT)
         return due
 
     def _arm(self) -> None:
@@ -164,7 +245,7 @@ class _TcpConnection(asyncio.Protocol):
             self.message_started is not None
             and limits.message_timeout > 0
             and now >= self.message_started + limits.message_timeout
-        ):
+        ) or (not self.handshake_done and now >= self._deadline()):
             reason = "tcp_message_timeout"
         elif limits.idle_timeout > 0 and now >= self.last_activity + limits.idle_timeout:
             if self.owner.in_use(self.peer):
@@ -183,6 +264,8 @@ class _TcpConnection(asyncio.Protocol):
             self._timer.cancel()
             self._timer = None
         if self.peer is not None:
+            if self._tls is not None and not self.handshake_done:
+                self.owner._tls_failed(self.peer, None)
             self.owner._tcp_closed(self)
 
 
@@ -215,6 +298,9 @@ class SipTransport:
         self.in_use: Callable[[Peer], bool] = in_use or (lambda peer: False)
         self.udp: _Udp | None = None
         self.tcp_server: asyncio.Server | None = None
+        self.tls_server: asyncio.Server | None = None
+        self.tls_handshakes = 0
+        """TLS handshakes completed (failed ones are counted as drops)."""
         self.tcp_connections: dict[Peer, _TcpConnection] = {}
         self._per_source: dict[str, int] = {}
         self._timer: asyncio.TimerHandle | None = None
@@ -268,17 +354,33 @@ class SipTransport:
             errno.EADDRINUSE, f"SIP listen {host}: {what} is already in use (UDP or TCP): {last}"
         )
 
+    async def start_tls(self, host: str, port: int, context: ssl.SSLContext) -> tuple[str, int]:
+        """Listen for SIP over TLS on ``host:port`` (0: an ephemeral port); the address bound.
+
+        ``context`` is a server context (:func:`kefu.sip.tls.server_context`); its
+        verification settings decide whether clients must show a certificate.
+        """
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(
+            lambda: _TcpConnection(self, context), host, port, reuse_address=True
+        )
+        self.tls_server = server
+        bound = server.sockets[0].getsockname()
+        return str(bound[0]), int(bound[1])
+
     async def close(self) -> None:
         if self._timer:
             self._timer.cancel()
         if self.udp and self.udp.transport:
             self.udp.transport.close()
-        if self.tcp_server:
-            self.tcp_server.close()
-            for conn in list(self.tcp_connections.values()):
-                if conn.transport:
-                    conn.transport.close()
-            await self.tcp_server.wait_closed()
+        servers = [s for s in (self.tcp_server, self.tls_server) if s is not None]
+        for server in servers:
+            server.close()
+        for conn in list(self.tcp_connections.values()):
+            if conn.transport:
+                conn.transport.close()
+        for server in servers:
+            await server.wait_closed()
 
     def receive(self, data: bytes, peer: Peer) -> None:
         self.ua.receive(data, peer, time.monotonic())
@@ -314,6 +416,31 @@ class SipTransport:
             return "tcp_source_over_cap"
         return None
 
+    def _tls_handshaken(self, conn: _TcpConnection) -> None:
+        self.tls_handshakes += 1
+        assert conn._tls is not None
+        log.debug("tls_handshake", peer=str(conn.peer), version=conn._tls.version())
+
+    def _tls_failed(self, peer: Peer, exc: ssl.SSLError | None) -> None:
+        """A handshake or record failed (``exc``), or the peer left mid-handshake (None, as
+        a client that refused our certificate does): log why, count it; only this
+        connection closes."""
+        bad_cert = isinstance(exc, ssl.SSLCertVerificationError)
+        reason = "tls_bad_certificate" if bad_cert else "tls_handshake_failed"
+        detail = exc.verify_message if isinstance(exc, ssl.SSLCertVerificationError) else None
+        error = "connection closed during the handshake"
+        if exc is not None:
+            error = getattr(exc, "reason", None) or str(exc)
+        log.warning(
+            "tls_handshake_failed",
+            peer=str(peer),
+            reason=reason,
+            error=error,
+            certificate=detail,
+        )
+        if self.on_drop is not None:
+            self.on_drop(reason)
+
     def _tcp_opened(self, conn: _TcpConnection) -> None:
         assert conn.peer is not None
         self.tcp_connections[conn.peer] = conn
@@ -342,7 +469,7 @@ class SipTransport:
             else:
                 conn = self.tcp_connections.get(peer)
                 if conn and conn.transport and not conn.transport.is_closing():
-                    conn.transport.write(data)
+                    conn.write(data)
                 else:
                     self.ua.transport_error(peer, time.monotonic())
         self._arm_timer()

@@ -1,8 +1,11 @@
 """RFC 3264 offer/answer for kefu's one audio stream per call.
 
 kefu is an audio-only media server: of everything offered it accepts exactly one stream, the
-first audio ``m=`` line over plain RTP (``RTP/AVP`` or ``RTP/AVPF``) that shares a codec with
-us, and rejects every other line with port 0, keeping their count and order (RFC 3264 §6).
+first audio ``m=`` line over RTP (``RTP/AVP``, ``RTP/AVPF``) or SDES-SRTP (``RTP/SAVP``,
+``RTP/SAVPF`` with a usable ``a=crypto``, RFC 4568, :mod:`kefu.sip.sdes`) that shares a codec
+with us, and rejects every other line with port 0, keeping their count and order (RFC 3264 §6).
+``srtp`` (config ``rtp.srtp``) says which: ``optional`` answers each offer in its own profile,
+``required`` refuses plain RTP and offers only SRTP, ``off`` refuses SRTP.
 The answer names a single codec (plus ``telephone-event`` at the codec's clock when offered):
 call-center gateways cope badly with answers that leave the codec open, and a single codec
 means the RTP layer never has to follow a mid-call payload-type switch.
@@ -26,11 +29,14 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Literal
 
 # The data-only module that kefu.codecs.registry re-exports: the registry itself imports
 # numpy and PyAV (~100 ms), which SIP signalling has no use for.
 from kefu.codecs.info import CodecInfo, codec_info
 from kefu.errors import ConfigError, KefuError, SdpError
+from kefu.sip import sdes
+from kefu.sip.sdes import CryptoAttribute, SrtpKeys
 from kefu.sip.sdp import (
     DIRECTIONS,
     Attribute,
@@ -48,8 +54,13 @@ DEFAULT_OFFER_CODECS: tuple[str, ...] = ("PCMU", "PCMA", "G722", "opus")
 DEFAULT_PTIME = 20
 OPUS_FMTP = "minptime=10;useinbandfec=1"
 TELEPHONE_EVENT = "telephone-event"
-# Plain RTP only: SRTP (SDES or DTLS) calls come in through the WebRTC stack, not this one.
-ACCEPTED_PROTOS = frozenset({"RTP/AVP", "RTP/AVPF"})
+# DTLS-SRTP (UDP/TLS/RTP/SAVPF) calls come in through the WebRTC stack, not this one.
+PLAIN_PROTOS = frozenset({"RTP/AVP", "RTP/AVPF"})
+SECURE_PROTOS = frozenset({"RTP/SAVP", "RTP/SAVPF"})
+ACCEPTED_PROTOS = PLAIN_PROTOS | SECURE_PROTOS
+SrtpPolicy = Literal["optional", "off", "required"]
+SRTP_POLICIES: tuple[SrtpPolicy, ...] = ("optional", "off", "required")
+"""``rtp.srtp`` values, the default first (see the module docstring)."""
 # Payload types kefu offers for dynamic encodings; the values most SIP gear and browsers use.
 _DYNAMIC_PT = (("opus", 48000, 111), (TELEPHONE_EVENT, 8000, 101), (TELEPHONE_EVENT, 48000, 110))
 _WARN_TEXT = {
@@ -112,6 +123,8 @@ class Negotiated:
     """The offer this exchange answered (RFC 3264 §5)."""
     local_is_offerer: bool = False
     """True when kefu wrote the offer (outbound call, kefu's own re-INVITE)."""
+    srtp: SrtpKeys | None = None
+    """SDES-SRTP keys when the stream is ``RTP/SAVP`` (RFC 4568 §7), None for plain RTP."""
 
     @property
     def local_sdp(self) -> SessionDescription:
@@ -258,6 +271,8 @@ class _Pick:
     payload_type: int
     info: CodecInfo
     dtmf_payload_type: int | None
+    crypto: CryptoAttribute | None = None
+    """The offered ``a=crypto`` line kefu accepts (SRTP), None for plain RTP."""
 
 
 def _pick_codec(
@@ -283,18 +298,45 @@ def _try_audio(
     honour_offer_order: bool,
     dtmf: bool,
     addr_type: str,
+    srtp: SrtpPolicy,
 ) -> _Pick | NegotiationError:
-    if media.proto not in ACCEPTED_PROTOS:
-        return NegotiationError(302, f"{media.proto} audio is not supported, only RTP/AVP")
+    refused = _proto_refusal(media.proto, srtp)
+    if refused is not None:
+        return refused
     conn = media.effective_connection(offer)
     if conn is not None and conn.addr_type != addr_type:
         return NegotiationError(301, f"offer uses {conn.addr_type}, kefu listens on {addr_type}")
     pick = _pick_codec(media, prefs, honour_offer_order, dtmf)
-    return pick if pick is not None else NegotiationError(305, "no common codec")
+    if pick is None:
+        return NegotiationError(305, "no common codec")
+    if media.proto in SECURE_PROTOS:
+        lines, _ = sdes.crypto_lines(_crypto_values(media))
+        crypto = sdes.choose(lines)
+        if crypto is None:
+            suites = ", ".join(sdes.SUITES)
+            return NegotiationError(305, f"no usable a=crypto line (kefu supports {suites})")
+        pick = replace(pick, crypto=crypto)
+    return pick
+
+
+def _proto_refusal(proto: str, srtp: SrtpPolicy) -> NegotiationError | None:
+    if proto in PLAIN_PROTOS and srtp == "required":
+        return NegotiationError(302, f"{proto} audio is refused, kefu requires RTP/SAVP (SRTP)")
+    if proto in SECURE_PROTOS and srtp == "off":
+        return NegotiationError(302, f"{proto} audio is not supported (SRTP off), only RTP/AVP")
+    if proto not in ACCEPTED_PROTOS:
+        return NegotiationError(302, f"{proto} audio is not supported, only RTP/AVP or RTP/SAVP")
+    return None
 
 
 def _answer_media(
-    offered: MediaDescription, pick: _Pick, *, local_port: int, ptime: int, direction: Direction
+    offered: MediaDescription,
+    pick: _Pick,
+    *,
+    local_port: int,
+    ptime: int,
+    direction: Direction,
+    crypto: CryptoAttribute | None,
 ) -> MediaDescription:
     formats = [str(pick.payload_type)]
     attributes: list[Attribute] = [("rtpmap", _rtpmap_value(pick.payload_type, pick.info))]
@@ -308,6 +350,8 @@ def _answer_media(
         if events:
             # Echo the offered event range: we must not claim events the offerer lacks.
             attributes.append(("fmtp", f"{te} {events}"))
+    if crypto is not None:
+        attributes.append(("crypto", crypto.serialize()))
     attributes += [("ptime", str(ptime)), (direction, None)]
     return MediaDescription(
         "audio", local_port, offered.proto, tuple(formats), attributes=tuple(attributes)
@@ -331,8 +375,15 @@ def answer_offer(
     honour_offer_order: bool = True,
     dtmf: bool = True,
     previous: Negotiated | None = None,
+    srtp: SrtpPolicy = "optional",
+    srtp_key: bytes | None = None,
 ) -> Negotiated:
     """Answer ``offer`` with one audio stream; raise :class:`NegotiationError` if none fits.
+
+    An accepted ``RTP/SAVP`` line is answered with one ``a=crypto`` line: the offered
+    line's tag and suite and kefu's own key, ``srtp_key`` (30 bytes; a random one when
+    None; with ``previous`` on the same suite, the key kefu already uses, so a refresh
+    re-INVITE gets the same answer and the stream is not re-keyed).
 
     ``direction_policy`` is the most kefu is willing to do (``recvonly`` for a listen-only
     leg, ``inactive`` to answer on hold); the answer's direction mirrors the offer within
@@ -356,6 +407,7 @@ def answer_offer(
                 honour_offer_order=honour_offer_order,
                 dtmf=dtmf,
                 addr_type=addr_type,
+                srtp=srtp,
             )
             if isinstance(result, _Pick):
                 accepted = (index, offered, result)
@@ -370,8 +422,11 @@ def answer_offer(
     index, offered, pick = accepted
     direction = _our_direction(offered.direction(offer), direction_policy)
     ptime = _ptime(offered.ptime())
+    before = previous.srtp if previous is not None else None
+    keys = None if pick.crypto is None else sdes.answer_keys(pick.crypto, before, srtp_key)
+    ours = None if keys is None else CryptoAttribute(keys.tag, keys.suite, keys.local_key)
     media[index] = _answer_media(
-        offered, pick, local_port=local_port, ptime=ptime, direction=direction
+        offered, pick, local_port=local_port, ptime=ptime, direction=direction, crypto=ours
     )
     session_id, session_version = _next_origin(previous, session_id, session_version)
     answer = _session(
@@ -400,6 +455,7 @@ def answer_offer(
         direction=direction,
         media_index=index,
         offer=offer,
+        srtp=keys,
     )
 
 
@@ -434,8 +490,12 @@ def make_offer(
     session_id: int,
     session_version: int,
     ptime: int = DEFAULT_PTIME,
+    srtp_keys: Sequence[bytes] = (),
 ) -> SessionDescription:
     """An RTP/AVP audio offer listing ``codecs`` in order (RFC 3264 §5).
+
+    With ``srtp_keys`` (one 30-byte key per suite of :data:`kefu.sip.sdes.SUITES`) the
+    offer is ``RTP/SAVP`` with one ``a=crypto`` line per suite (RFC 4568 §5).
 
     Static codecs use their RFC 3551 numbers; Opus is 111. With ``dtmf``,
     ``telephone-event`` is offered at every clock rate in use (101 at 8 kHz, 110 at 48 kHz)
@@ -463,9 +523,12 @@ def make_offer(
                 ("rtpmap", f"{te} {TELEPHONE_EVENT}/{clock}"),
                 ("fmtp", f"{te} 0-16"),
             ]
+    if srtp_keys:
+        attributes += [("crypto", line.serialize()) for line in sdes.offer_lines(list(srtp_keys))]
     attributes += [("ptime", str(ptime)), (direction, None)]
+    proto = "RTP/SAVP" if srtp_keys else "RTP/AVP"
     audio = MediaDescription(
-        "audio", local_port, "RTP/AVP", tuple(formats), attributes=tuple(attributes)
+        "audio", local_port, proto, tuple(formats), attributes=tuple(attributes)
     )
     return _session(
         local_address=local_address,
@@ -529,8 +592,22 @@ def accept_answer(offer: SessionDescription, answer: SessionDescription) -> Nego
             media_index=index,
             offer=offer,
             local_is_offerer=True,
+            srtp=_answered_keys(ours, theirs),
         )
     raise NegotiationError(304, "the answer accepted no audio stream")
+
+
+def _answered_keys(ours: MediaDescription, theirs: MediaDescription) -> SrtpKeys | None:
+    if ours.proto not in SECURE_PROTOS:
+        return None
+    keys = sdes.answered_keys(_crypto_values(ours), _crypto_values(theirs))
+    if keys is None:
+        raise NegotiationError(305, "the answer has no a=crypto line matching kefu's offer")
+    return keys
+
+
+def _crypto_values(media: MediaDescription) -> list[str]:
+    return [value for value in media.attribute_values("crypto") if value]
 
 
 def _answer_pick(ours: MediaDescription, theirs: MediaDescription) -> _Pick:

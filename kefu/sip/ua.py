@@ -173,7 +173,7 @@ class UserAgent(UasMixin, InDialogMixin, UacMixin):
 
     def _feed(self, msg: Request | Response, peer: Peer, now: float) -> None:
         try:
-            self.transactions.receive(msg, now, reliable=peer.transport == "tcp", peer=peer)
+            self.transactions.receive(msg, now, reliable=peer.reliable, peer=peer)
         except SipParseError as exc:
             if isinstance(msg, Request) and msg.method != "ACK":
                 self._stateless(msg, peer, 400, f"Bad {exc.header or 'Request'} header")

@@ -56,6 +56,7 @@ class UaCore:
         self._events: deque[UaEvent] = deque()
         self._host = "127.0.0.1"
         self._port = 5060
+        self._tls_port = 5061
         self._now = 0.0
         """The latest ``now`` fed in, for events the transaction layer reports without one."""
 
@@ -64,14 +65,29 @@ class UaCore:
     def set_local_address(self, host: str, port: int) -> None:
         self._host, self._port = host, port
 
+    def set_tls_port(self, port: int) -> None:
+        """The SIP-over-TLS listener's port: Via and Contact of TLS dialogs name it."""
+        self._tls_port = port
+
     @property
     def sent_by(self) -> str:
         host = f"[{self._host}]" if ":" in self._host else self._host
         return f"{host}:{self._port}"
 
-    def contact(self, peer: Peer) -> str:
-        transport = ";transport=tcp" if peer.transport == "tcp" else ""
-        return f"<sip:kefu@{self.sent_by}{transport}>"
+    def sent_by_for(self, peer: Peer) -> str:
+        """Our Via sent-by on ``peer``'s transport (the TLS listener has its own port)."""
+        if peer.transport != "tls":
+            return self.sent_by
+        host = f"[{self._host}]" if ":" in self._host else self._host
+        return f"{host}:{self._tls_port}"
+
+    def contact(self, peer: Peer, *, sips: bool = False) -> str:
+        """Our Contact towards ``peer``: ``sips:`` when the dialog's request asked for it
+        (RFC 3261 §12.1.1), ``;transport=tcp|tls`` on stream transports."""
+        if sips and peer.transport == "tls":
+            return f"<sips:kefu@{self.sent_by_for(peer)}>"
+        transport = f";transport={peer.transport}" if peer.reliable else ""
+        return f"<sip:kefu@{self.sent_by_for(peer)}{transport}>"
 
     def datagrams_to_send(self) -> list[tuple[bytes, Peer]]:
         for out in self.transactions.messages_to_send():
@@ -135,9 +151,7 @@ class UaCore:
             raise InvalidTransition("leg", "unknown", leg_id) from None
 
     def _send_in_dialog(self, leg: Leg, req: Request, now: float) -> None:
-        tx = self.transactions.send_request(
-            req, now, reliable=leg.peer.transport == "tcp", peer=leg.peer
-        )
+        tx = self.transactions.send_request(req, now, reliable=leg.peer.reliable, peer=leg.peer)
         leg.client_txs[tx] = req.method
 
     # --- ending ----------------------------------------------------------------------------

@@ -13,11 +13,16 @@ class Peer:
     """Where a message came from and where its answer goes (RFC 3261 §18.2.2)."""
 
     transport: str
-    """``udp`` or ``tcp``."""
+    """``udp``, ``tcp`` or ``tls``."""
     host: str
     """Source IP address of the packet or connection."""
     port: int
     """Source port."""
+
+    @property
+    def reliable(self) -> bool:
+        """A stream transport: no retransmissions (RFC 3261 §17.1.1.2, §18.3)."""
+        return self.transport in ("tcp", "tls")
 
     def __str__(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host

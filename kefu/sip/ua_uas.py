@@ -56,8 +56,8 @@ class UasMixin(UaCore):
             dialog = Dialog.from_invite(
                 req,
                 leg_id,
-                self.contact(peer),
-                via_sent_by=f"{self.sent_by};rport",
+                self.contact(peer, sips=req.uri.scheme == "sips"),
+                via_sent_by=f"{self.sent_by_for(peer)};rport",
                 via_transport=peer.transport.upper(),
             )
         except SipParseError as exc:

@@ -1,3 +1,5 @@
+import pathlib
+
 import pytest
 
 from kefu.errors import ConfigError
@@ -71,3 +73,29 @@ def test_trunk_password_comes_from_the_environment(tmp_path):
     config = load_config(path, environ={"KEFU_TRUNK_PASSWORD": "s3cret"})
     assert (config.trunk.username, config.trunk.password) == ("kefu", "s3cret")
     assert config.trunk.outbound_proxy == "[::1]:5080" and config.trunk.ring_timeout == 60.0
+
+
+def test_tls_settings_are_checked_at_start(tmp_path: pathlib.Path) -> None:
+    from loadtest.certs import make_pki
+
+    with pytest.raises(ConfigError) as info:
+        load_config(environ={}, overrides={"sip": {"tls_listen": "127.0.0.1:0"}})
+    assert info.value.key == "sip.tls_cert"
+    with pytest.raises(ConfigError) as info:
+        load_config(environ={"KEFU_HTTP_TLS_CERT": "/nonexistent.pem", "KEFU_HTTP_TLS_KEY": "/x"})
+    assert "http.tls_cert: no such file" in str(info.value)
+    pki = make_pki(tmp_path / "pki")
+    sip = {"tls_listen": "127.0.0.1:0", "tls_cert": pki.cert("server"), "tls_key": pki.key("ca")}
+    with pytest.raises(ConfigError) as info:  # a key that is not the certificate's
+        load_config(environ={}, overrides={"sip": sip})
+    assert "cannot load the certificate and key" in str(info.value)
+    sip["tls_key"] = pki.key("server")
+    with pytest.raises(ConfigError) as info:
+        load_config(environ={}, overrides={"sip": {**sip, "tls_verify_client": True}})
+    assert info.value.key == "sip.tls_ca"
+    config = load_config(environ={"KEFU_RTP_SRTP": "required"}, overrides={"sip": sip})
+    assert config.sip.tls_listen is not None and config.sip.tls_listen.port == 0
+    assert config.rtp.srtp == "required"
+    with pytest.raises(ConfigError) as info:
+        load_config(environ={"KEFU_RTP_SRTP": "maybe"})
+    assert info.value.key == "rtp.srtp"

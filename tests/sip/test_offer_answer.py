@@ -205,7 +205,7 @@ def test_webrtc_offer_is_rejected_with_302() -> None:
     assert info.value.warn_code == 302 and info.value.status == 488
     assert warning_for(info.value) == (
         '302 kefu "Incompatible transport protocol: '
-        'UDP/TLS/RTP/SAVPF audio is not supported, only RTP/AVP"'
+        'UDP/TLS/RTP/SAVPF audio is not supported, only RTP/AVP or RTP/SAVP"'
     )
 
 
