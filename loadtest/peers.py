@@ -568,7 +568,7 @@ class TsharkCapture:
 _BARESIP_CONFIG = """\
 poll_method\t\tepoll
 sip_listen\t\t{ip}:{sip_port}
-sip_transports\t\tudp,tcp
+sip_transports\t\t{transports}
 net_interface\t\t{ip}
 audio_player\t\t
 audio_source\t\taufile,{source}
@@ -583,7 +583,7 @@ module\t\t\tsndfile.so
 snd_path\t\t{record_dir}
 module_app\t\taccount.so
 module_app\t\tmenu.so
-"""
+{extra}"""
 
 
 @dataclass
@@ -659,8 +659,12 @@ def start_baresip(
     sip_port: int | None = None,
     rtp_ports: tuple[int, int] | None = None,
     ip: str = LOCALHOST,
+    tls_ca: str | Path | None = None,
+    tls_cert: tuple[str | Path, str | Path] | None = None,
+    mediaenc: str | None = None,
 ) -> BaresipProcess:
-    """Start baresip in a temporary HOME and dial ``uri`` (add ``;transport=tcp`` for TCP).
+    """Start baresip in a temporary HOME and dial ``uri`` (add ``;transport=tcp`` for TCP,
+    ``;transport=tls`` for TLS).
 
     The caller's audio is ``audio_wav`` (mono 16-bit 8 kHz, read by the aufile module);
     baresip hangs up when the file ends, or when it quits after ``hangup_after`` seconds
@@ -669,25 +673,47 @@ def start_baresip(
     :func:`take_ports` (see :func:`baresip_rtp_ports`). Only G.711 is loaded, so the offer
     is PCMU + PCMA. Both directions are recorded by the sndfile module
     (:meth:`BaresipProcess.recordings`).
+
+    TLS: ``tls_ca`` (``sip_cafile``) and/or ``tls_cert`` (certificate and key, joined into the
+    one PEM file ``sip_certificate`` wants: the client certificate baresip presents) add the
+    ``tls`` transport. baresip 1.0 listens for TLS on ``sip_port`` + 1, so two ports are
+    taken; it loads ``sip_cafile`` but does not check the server's certificate against it
+    (libre 1.1 never asks OpenSSL to verify), so only the server side of a handshake
+    verifies anything. ``mediaenc`` (``srtp``, ``srtp-mand``, ``srtp-mandf``: SDES, RFC 4568)
+    loads the srtp module and sets the account's media encryption.
     """
-    sip_port = take_ports() if sip_port is None else sip_port
+    tls = tls_ca is not None or tls_cert is not None
+    sip_port = take_ports(2 if tls else 1) if sip_port is None else sip_port
     rtp_ports = baresip_rtp_ports() if rtp_ports is None else rtp_ports
     home = Path(tempfile.mkdtemp(prefix="kefu-baresip-"))
     conf = home / ".baresip"
     record_dir = home / "rec"
     conf.mkdir()
     record_dir.mkdir()
+    extra = ""
+    if tls_ca is not None:
+        extra += f"sip_cafile\t\t{Path(tls_ca).resolve()}\n"
+    if tls_cert is not None:
+        bundle = conf / "client.pem"
+        bundle.write_text(Path(tls_cert[0]).read_text() + Path(tls_cert[1]).read_text())
+        extra += f"sip_certificate\t\t{bundle}\n"
+    account = f"<sip:caller@{ip}>;regint=0"
+    if mediaenc is not None:
+        extra += "module\t\t\tsrtp.so\n"
+        account += f";mediaenc={mediaenc}"
     (conf / "config").write_text(
         _BARESIP_CONFIG.format(
             ip=ip,
             sip_port=sip_port,
+            transports="udp,tcp,tls" if tls else "udp,tcp",
             source=Path(audio_wav).resolve(),
             rtp_lo=rtp_ports[0],
             rtp_hi=rtp_ports[1],
             record_dir=record_dir,
+            extra=extra,
         )
     )
-    (conf / "accounts").write_text(f"<sip:caller@{ip}>;regint=0\n")
+    (conf / "accounts").write_text(account + "\n")
     (conf / "contacts").write_text("")
     cmd = ["baresip", "-f", str(conf), "-e", f"/dial {uri}"]
     if hangup_after is None:

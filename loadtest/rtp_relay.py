@@ -24,11 +24,13 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kefu.rtp.srtp import SrtpContext
+from kefu.sip import sdes
 from kefu.sip.message import Response, parse_message
 from loadtest.kefu_process import CpuSample, cpu_percent, load_average, sample_cpu
 from loadtest.peers import LOCALHOST, stop_process
@@ -104,11 +106,14 @@ def _bdecode_at(data: bytes, i: int) -> tuple[Any, int]:
 # --- rtpengine ---------------------------------------------------------------------------
 
 
-def audio_sdp(port: int, session: int = 1) -> str:
-    """A PCMU-only offer/answer for one RTP stream at 127.0.0.1:port (RFC 4566)."""
+def audio_sdp(port: int, session: int = 1, crypto: str | None = None) -> str:
+    """A PCMU-only offer/answer for one RTP stream at 127.0.0.1:port (RFC 4566); with
+    ``crypto`` (an ``a=crypto`` value, RFC 4568) an ``RTP/SAVP`` one."""
+    profile = "RTP/SAVP" if crypto else "RTP/AVP"
     return (
         f"v=0\r\no=- {session} 1 IN IP4 {LOCALHOST}\r\ns=-\r\nc=IN IP4 {LOCALHOST}\r\n"
-        f"t=0 0\r\nm=audio {port} RTP/AVP 0\r\na=rtpmap:0 PCMU/8000\r\na=sendrecv\r\n"
+        f"t=0 0\r\nm=audio {port} {profile} 0\r\na=rtpmap:0 PCMU/8000\r\na=sendrecv\r\n"
+        + (f"a=crypto:{crypto}\r\n" if crypto else "")
     )
 
 
@@ -221,6 +226,8 @@ class SipCall:
     contact: str
     media_port: int
     """kefu's RTP port from its SDP answer."""
+    answer: str = ""
+    """kefu's SDP answer."""
 
 
 class MiniUac:
@@ -268,20 +275,20 @@ class MiniUac:
             ):
                 return msg
 
-    def invite(self, media_port: int) -> SipCall:
+    def invite(self, media_port: int, sdp: str | None = None) -> SipCall:
+        """One call whose offer is ``sdp`` (default: PCMU on ``media_port``)."""
         call_id = f"{uuid.uuid4().hex}@{LOCALHOST}"
         tag = uuid.uuid4().hex[:10]
         uri = f"sip:echo@{self.target[0]}:{self.target[1]}"
-        sdp = audio_sdp(media_port)
+        sdp = sdp or audio_sdp(media_port)
         self.sock.sendto(self._request("INVITE", uri, call_id, tag, 1, body=sdp), self.target)
         resp = self._final(call_id, "INVITE")
         if resp.status != 200:
             raise RuntimeError(f"kefu answered INVITE with {resp.status} {resp.reason}")
         remote_tag = dict(resp.to.params).get("tag") or ""
         contact = str(resp.contacts[0].uri) if resp.contacts else uri
-        call = SipCall(
-            call_id, tag, remote_tag, contact, sdp_audio_port(resp.body.decode(errors="replace"))
-        )
+        answer = resp.body.decode(errors="replace")
+        call = SipCall(call_id, tag, remote_tag, contact, sdp_audio_port(answer), answer)
         ack = self._request("ACK", contact, call_id, tag, 1, to_tag=remote_tag)
         self.sock.sendto(ack, self.target)
         return call
@@ -309,6 +316,10 @@ class Stream:
     ssrc: int
     sent: int = 0
     received: int = 0
+    protect: Callable[[bytes], bytes] | None = None
+    """Applied to each packet before it is sent (SRTP)."""
+    check: Callable[[bytes], bool] | None = None
+    """Whether a packet that came back counts (SRTP: it decrypts to what was sent)."""
 
 
 def open_socket(port: int) -> socket.socket:
@@ -348,8 +359,11 @@ def pump(
                     first = sample_cpu(pids)
                 header = struct.pack("!BBHI", 0x80, 0, seq & 0xFFFF, ts & 0xFFFFFFFF)
                 for s in streams:
+                    packet = header + struct.pack("!I", s.ssrc) + PAYLOAD
+                    if s.protect is not None:
+                        packet = s.protect(packet)
                     with contextlib.suppress(BlockingIOError):
-                        s.tx.sendto(header + struct.pack("!I", s.ssrc) + PAYLOAD, s.dst)
+                        s.tx.sendto(packet, s.dst)
                         s.sent += 1
                 seq += 1
                 ts += 160
@@ -376,7 +390,8 @@ def _drain(poller: select.epoll, by_fd: dict[int, Stream], timeout: float) -> No
             except BlockingIOError:
                 break
             if len(data) >= 12 and data[0] >> 6 == 2 and data[1] & 0x7F == 0:
-                s.received += 1
+                if s.check is None or s.check(data):
+                    s.received += 1
 
 
 def _phase_result(
@@ -414,7 +429,30 @@ def _sockets(ports: list[int]) -> Iterator[list[socket.socket]]:
             s.close()
 
 
-def kefu_phase(n: int, seconds: float, uvloop: bool) -> dict[str, Any]:
+def _srtp_stream(uac: MiniUac, sock: socket.socket, ssrc: int) -> tuple[SipCall, Stream]:
+    """An echo call offering SDES-SRTP (RFC 4568); its stream protects what it sends and
+    counts only echoes that decrypt, under kefu's key, to the payload sent."""
+    suite = sdes.SUITES[0]
+    ours = sdes.new_key()
+    offer = audio_sdp(sock.getsockname()[1], crypto=str(sdes.CryptoAttribute(1, suite, ours)))
+    call = uac.invite(sock.getsockname()[1], offer)
+    lines = [ln[9:] for ln in call.answer.splitlines() if ln.startswith("a=crypto:")]
+    if len(lines) != 1:
+        raise RuntimeError(f"kefu's answer has no single a=crypto line: {call.answer!r}")
+    theirs = sdes.CryptoAttribute.parse(lines[0])
+    ctx = SrtpContext(sdes.SrtpKeys(theirs.suite, ours, theirs.key, theirs.tag))
+
+    def echoed(data: bytes) -> bool:
+        clear = ctx.unprotect(data)
+        return isinstance(clear, bytes) and clear[12:] == PAYLOAD
+
+    stream = Stream(sock, (LOCALHOST, call.media_port), sock, ssrc, 0, 0, ctx.protect_rtp, echoed)
+    return call, stream
+
+
+def kefu_phase(n: int, seconds: float, uvloop: bool, *, srtp: bool = False) -> dict[str, Any]:
+    """N kefu echo calls at 50 packets/s each way; with ``srtp`` every call is SDES-SRTP
+    (this generator protects and unprotects with libsrtp, as a trunk would)."""
     with tempfile.TemporaryDirectory(prefix="kefu-bench-relay-") as tmp:
         kefu = start_kefu(Path(tmp), uvloop=uvloop)
         uac = MiniUac((LOCALHOST, kefu.sip_port))
@@ -423,9 +461,13 @@ def kefu_phase(n: int, seconds: float, uvloop: bool) -> dict[str, Any]:
             with _sockets([GEN_PORT_BASE + 2 * i for i in range(n)]) as socks:
                 streams = []
                 for i, sock in enumerate(socks):
-                    call = uac.invite(sock.getsockname()[1])
+                    if srtp:
+                        call, stream = _srtp_stream(uac, sock, 0x1000 + i)
+                    else:
+                        call = uac.invite(sock.getsockname()[1])
+                        stream = Stream(sock, (LOCALHOST, call.media_port), sock, 0x1000 + i)
                     calls.append(call)
-                    streams.append(Stream(sock, (LOCALHOST, call.media_port), sock, 0x1000 + i))
+                    streams.append(stream)
                 time.sleep(0.5)  # let kefu's idle state settle after the INVITE burst
                 a, b, late = pump(streams, seconds, kefu.pid)
                 result = _phase_result("kefu", streams, a, b, late)
@@ -435,6 +477,7 @@ def kefu_phase(n: int, seconds: float, uvloop: bool) -> dict[str, Any]:
             uac.close()
             kefu.stop()
     result["loop"] = "uvloop" if uvloop else "asyncio"
+    result["srtp"] = sdes.SUITES[0] if srtp else None
     return result
 
 

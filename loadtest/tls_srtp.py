@@ -11,6 +11,12 @@
 * **SRTP**: protect + unprotect of a 20 ms PCMU packet (172 bytes) with
   :class:`kefu.rtp.srtp.SrtpContext`, both suites: what an SRTP echo call adds per packet
   (kefu unprotects what it receives and protects what it sends).
+* **SRTP echo calls** (``--echo-calls N``): a real ``kefu serve --media-mode echo`` answers
+  N calls from one generator process (:func:`loadtest.rtp_relay.kefu_phase`), first plain
+  RTP, then with every call SDES-SRTP (the generator protects with libsrtp and counts only
+  echoes that decrypt, under kefu's key, to what it sent); kefu's CPU over the send window
+  and the loss, both ways. Needs a private network namespace
+  (``unshare -n sh -c 'ip link set lo up && ...'``).
 """
 
 from __future__ import annotations
@@ -36,6 +42,9 @@ from loadtest.certs import make_pki
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--connections", type=int, default=200)
     parser.add_argument("--packets", type=int, default=100_000)
+    parser.add_argument("--echo-calls", type=int, default=0, help="0: no echo-calls run")
+    parser.add_argument("--echo-seconds", type=float, default=20.0)
+    parser.add_argument("--echo-only", action="store_true", help="skip handshakes and µs/packet")
     parser.add_argument("--json", dest="json_out")
 
 
@@ -105,17 +114,37 @@ def _srtp(packets: int, suite: str) -> dict[str, float]:
     return {"protect_unprotect_us": round(per_packet, 2)}
 
 
+def _echo_calls(calls: int, seconds: float) -> dict[str, Any]:
+    from loadtest.kefu_process import load_average
+    from loadtest.rtp_relay import kefu_phase
+
+    before = load_average()
+    plain = kefu_phase(calls, seconds, uvloop=True)
+    srtp = kefu_phase(calls, seconds, uvloop=True, srtp=True)
+    extra = srtp["cpu_us_per_packet"] - plain["cpu_us_per_packet"]
+    return {
+        "calls": calls,
+        "seconds": seconds,
+        "plain": plain,
+        "srtp": srtp,
+        "srtp_extra_us_per_packet": round(extra, 2),
+        "load_average": [before, load_average()],
+    }
+
+
 def main(args: argparse.Namespace) -> int:
     configure_logging("warning", json=False)
-    result: dict[str, Any] = {
-        "tls_handshake": asyncio.run(_handshakes(args.connections, mutual=False)),
-        "tls_handshake_mutual": asyncio.run(_handshakes(args.connections, mutual=True)),
-    }
-    for suite in sdes.SUITES:
-        result[f"srtp_{suite}"] = _srtp(min(args.packets, 60000), suite)
-    us = result["srtp_AES_CM_128_HMAC_SHA1_80"]["protect_unprotect_us"]
-    # An echo call moves 50 packets/s each way: unprotect in + protect out per packet.
-    result["srtp_core_percent_per_100_echo_calls"] = round(us * 50 * 100 / 1e6 * 100, 2)
+    result: dict[str, Any] = {}
+    if not args.echo_only:
+        result["tls_handshake"] = asyncio.run(_handshakes(args.connections, mutual=False))
+        result["tls_handshake_mutual"] = asyncio.run(_handshakes(args.connections, mutual=True))
+        for suite in sdes.SUITES:
+            result[f"srtp_{suite}"] = _srtp(min(args.packets, 60000), suite)
+        us = result["srtp_AES_CM_128_HMAC_SHA1_80"]["protect_unprotect_us"]
+        # An echo call moves 50 packets/s each way: unprotect in + protect out per packet.
+        result["srtp_core_percent_per_100_echo_calls"] = round(us * 50 * 100 / 1e6 * 100, 2)
+    if args.echo_calls > 0:
+        result["echo_calls"] = _echo_calls(args.echo_calls, args.echo_seconds)
     text = json.dumps(result, indent=2)
     print(text)  # noqa: T201 - the tool's report
     if args.json_out:

@@ -80,7 +80,11 @@ class Call:
     owner: str | None = None
     """The human who holds the call while ``human_active``."""
     recording: Any = None
-    """Its :class:`~kefu.mediaserver.recording.CallRecording` (``calls.record``), or None."""
+    """Its :class:`~kefu.mediaserver.recording.CallRecording` (``calls.record``,
+    ``calls.record_trunks``), or None."""
+    trunk_host: str = ""
+    """The trunk's IP address: where an incoming INVITE came from; an outbound call's proxy,
+    or its called URI's host (``calls.record_trunks`` is matched against it)."""
     direction: str = "inbound"
     """``inbound`` (the trunk called kefu) or ``outbound`` (kefu called: POST /api/calls)."""
     callee_uri: str = ""

@@ -16,7 +16,7 @@ from kefu.mediaserver.config import (
     load_config,
     parse_port_range,
 )
-from kefu.mediaserver.recording import prepare_dir, recordings_path
+from kefu.mediaserver.recording import RecordingPolicy, prepare_dir, recordings_path
 from kefu.privacy.seal import load_key
 
 
@@ -257,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "serve":
         try:
             config = load_config(args.config, overrides=_overrides(args))
-            if config.calls.record:
+            if RecordingPolicy.from_config(config.calls).enabled:
                 prepare_dir(recordings_path(config))
             if config.privacy.key_file:
                 load_key(config.privacy.key_file)

@@ -159,6 +159,10 @@ class CallsConfig:
     no agent in the call's room, the call goes back to the AI, which tells the caller."""
     record: bool = False
     """Record every phone call, both directions, as a stereo WAV (kefu.mediaserver.recording)."""
+    record_trunks: tuple[str, ...] = ()
+    """Record the phone calls of these trunks only (networks, e.g. ``10.0.0.0/24``, of the
+    trunk's address: where an incoming INVITE came from, the outbound proxy or the called
+    URI's host of an outbound call). ``record = true`` records every call anyway."""
     recordings_dir: str | None = None
     """Where recordings go (default: ``<state_dir>/recordings``); must be writable at start."""
     recording_retention_days: float = 30.0
@@ -410,6 +414,7 @@ def _validate(config: Config) -> Config:
         raise ConfigError("calls.max_concurrent must be at least 1", key="calls.max_concurrent")
     _check_networks(config.sip.allow_from, "sip.allow_from")
     _check_networks(config.sip.rate_exempt, "sip.rate_exempt")
+    _check_networks(config.calls.record_trunks, "calls.record_trunks")
     if config.sip.rate_limit > 0 and config.sip.rate_burst < 1:
         raise ConfigError("sip.rate_burst must be at least 1", key="sip.rate_burst")
     if config.sip.max_message_bytes < 1024:

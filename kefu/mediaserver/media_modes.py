@@ -31,7 +31,7 @@ from kefu.mediaserver.config import Config
 from kefu.mediaserver.events import AgentNote
 from kefu.mediaserver.media import PcmTrack, PromptThenEcho, chime, load_wav
 from kefu.mediaserver.metrics import Metrics
-from kefu.mediaserver.recording import RecordingWriter
+from kefu.mediaserver.recording import RecordingPolicy, RecordingWriter
 from kefu.mediaserver.room_calls import room_call_id
 from kefu.mediaserver.rooms import RoomService
 
@@ -58,7 +58,9 @@ class MediaModes:
         """Called when the AI asks for a human (the SIP side transfers the call)."""
         self.ai: AiServices | None = None
         self.recordings: RecordingWriter | None = None
-        """Records every call it starts (``calls.record``; set by the server)."""
+        """Records the calls it starts that :attr:`record_policy` picks (set by the server)."""
+        self.record_policy = RecordingPolicy.from_config(config.calls)
+        """``calls.record`` / ``calls.record_trunks``: which calls are recorded."""
         self.session_store: SessionStore | None = None
         """Where the dialog keeps its per-call state (None: in memory; a cluster replicates
         it to Redis)."""
@@ -129,7 +131,11 @@ class MediaModes:
         )
         dropped = self.metrics.rtp_dropped
         ep.on_srtp_drop = lambda drop: dropped.labels(drop.reason).inc()
-        if self.recordings is not None and call.recording is None:
+        if (
+            self.recordings is not None
+            and call.recording is None
+            and self.record_policy.records(call.trunk_host)
+        ):
             call.recording = self.recordings.open(call.id, ep.loop_time())
             ep.recorder = call.recording.feed
         mode = call.media_mode or self.config.calls.media_mode

@@ -52,6 +52,7 @@ from kefu.sip.sdes import new_offer_keys as new_srtp_keys
 from kefu.sip.sdp import SessionDescription
 from kefu.sip.ua_events import Peer
 from kefu.sip.uac import DialSpec
+from kefu.sip.uri import SipUri
 
 log = structlog.get_logger("kefu.outbound")
 
@@ -171,6 +172,7 @@ class Dialer:
             callee_uri=request.to,
             media_mode=mode,
             context=dict(request.context),
+            trunk_host=self.proxy.host if self.proxy else SipUri.parse(request.to).host,
         )
         call.endpoint = endpoint
         self._offers[leg] = offer

@@ -19,6 +19,7 @@ never dropped. :func:`prune` deletes recordings older than ``calls.recording_ret
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import queue
 import re
@@ -37,13 +38,14 @@ import structlog
 from kefu.codecs.registry import codec_info, make_decoder
 from kefu.codecs.resample import resample
 from kefu.errors import CodecError, ConfigError
-from kefu.mediaserver.config import Config
+from kefu.mediaserver.config import CallsConfig, Config
 from kefu.privacy.seal import Sealer
 
 __all__ = [
     "CALLER",
     "KEFU",
     "CallRecording",
+    "RecordingPolicy",
     "RecordingWriter",
     "prepare_dir",
     "prune",
@@ -57,6 +59,37 @@ CALLER, KEFU = 0, 1
 PARTIAL = ".partial"
 """Sub-folder of the recordings folder holding the calls being recorded."""
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+@dataclass(frozen=True, slots=True)
+class RecordingPolicy:
+    """Which phone calls are recorded: every one, or those of some trunks (opt-in)."""
+
+    every_call: bool
+    """``calls.record``: record every phone call."""
+    trunks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]
+    """``calls.record_trunks``: record the calls whose trunk address is in one of these."""
+
+    @classmethod
+    def from_config(cls, calls: CallsConfig) -> RecordingPolicy:
+        """From ``[calls]`` (its networks were checked when the config loaded)."""
+        nets = tuple(ipaddress.ip_network(n, strict=False) for n in calls.record_trunks)
+        return cls(calls.record, nets)
+
+    @property
+    def enabled(self) -> bool:
+        """Whether any call can be recorded (a writer and a writable folder are needed)."""
+        return self.every_call or bool(self.trunks)
+
+    def records(self, trunk_host: str) -> bool:
+        """Whether a call whose trunk is at ``trunk_host`` (an IP address) is recorded."""
+        if self.every_call:
+            return True
+        try:
+            address = ipaddress.ip_address(trunk_host.strip("[]"))
+        except ValueError:
+            return False
+        return any(address.version == net.version and address in net for net in self.trunks)
 
 
 def recordings_path(config: Config) -> Path:

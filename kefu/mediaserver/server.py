@@ -44,7 +44,13 @@ from kefu.mediaserver.front import start_front
 from kefu.mediaserver.logs import configure_logging
 from kefu.mediaserver.media_modes import MediaModes
 from kefu.mediaserver.metrics import Metrics
-from kefu.mediaserver.recording import RecordingWriter, prepare_dir, prune, recordings_path
+from kefu.mediaserver.recording import (
+    RecordingPolicy,
+    RecordingWriter,
+    prepare_dir,
+    prune,
+    recordings_path,
+)
 from kefu.mediaserver.room_calls import RoomCall, room_call_id
 from kefu.mediaserver.room_worker import start_room_worker, stop_when_orphaned
 from kefu.mediaserver.room_workers import RoomWorkers, WorkerSpec
@@ -158,7 +164,7 @@ class KefuServer:
             )
             self.media.session_store = self.cluster.store
         self.recordings: RecordingWriter | None = None
-        if config.calls.record and worker is None:
+        if RecordingPolicy.from_config(config.calls).enabled and worker is None:
             key = config.privacy.key_file
             self.recordings = RecordingWriter(
                 prepare_dir(recordings_path(config)),

@@ -221,6 +221,7 @@ class SipDispatch:
                 by_number=ai.language_by_number,
                 by_trunk=ai.language_by_trunk,
             ),
+            trunk_host=host,
         )
         call.received_monotonic = event.received_at
         self.lifecycle.add(call)

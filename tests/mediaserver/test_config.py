@@ -36,6 +36,7 @@ def test_toml_then_env_then_overrides(tmp_path):
         ('[rtp]\nports = "5-4"\n', "rtp.ports"),
         ("[sip]\nbogus = 1\n", "sip.bogus"),
         ('[sip]\nallow_from = ["10.0.0.0/33"]\n', "sip.allow_from"),
+        ('[calls]\nrecord_trunks = ["vcc.example"]\n', "calls.record_trunks"),
         ("[webrtc]\nroom_workers = -2\n", "webrtc.room_workers"),
         ('[webrtc]\nroom_workers = "many"\n', "webrtc.room_workers"),
         ("[nosuch]\nx = 1\n", "nosuch"),
@@ -65,6 +66,15 @@ def test_env_override_is_validated():
     with pytest.raises(ConfigError) as info:
         load_config(environ={"KEFU_HTTP_LISTEN": "1.2.3.4"})
     assert info.value.key == "http.listen"
+
+
+def test_record_trunks_from_toml_or_the_environment(tmp_path):
+    path = tmp_path / "kefu.toml"
+    path.write_text('[calls]\nrecord_trunks = ["10.0.0.0/24", "2001:db8::/32"]\n')
+    assert load_config(path, environ={}).calls.record_trunks == ("10.0.0.0/24", "2001:db8::/32")
+    env = {"KEFU_CALLS_RECORD_TRUNKS": "10.1.0.7, 192.168.0.0/16"}
+    assert load_config(environ=env).calls.record_trunks == ("10.1.0.7", "192.168.0.0/16")
+    assert load_config(environ={}).calls.record_trunks == ()
 
 
 def test_trunk_password_comes_from_the_environment(tmp_path):

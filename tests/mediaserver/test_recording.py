@@ -17,8 +17,16 @@ from sfu_util import until
 
 from kefu.codecs.info import codec_info
 from kefu.errors import ConfigError
+from kefu.mediaserver.config import CallsConfig
 from kefu.mediaserver.media import PcmTrack
-from kefu.mediaserver.recording import CALLER, KEFU, RecordingWriter, prepare_dir, prune
+from kefu.mediaserver.recording import (
+    CALLER,
+    KEFU,
+    RecordingPolicy,
+    RecordingWriter,
+    prepare_dir,
+    prune,
+)
 from kefu.mediaserver.server import KefuServer
 from kefu.rtp.aio import RtpEndpoint
 from kefu.rtp.ports import PortAllocator
@@ -111,6 +119,74 @@ async def test_a_call_is_recorded_caller_left_kefu_right_in_sync(tmp_path: Path)
     lag_s = (played[-1] - said[-1]) * 0.02
     assert 0.0 <= lag_s < 0.4, lag_s
     assert list((tmp_path / "rec" / ".partial").iterdir()) == []  # temporary files gone
+
+
+async def _call_from(server: KefuServer, trunk_host: str, hz: float, call_id: str) -> str:
+    """One 1.5 s call whose caller says a tone at ``hz``, its SIP from ``trunk_host``; the
+    call's id once it has ended."""
+    port = server.sip_address[1]
+    trunk = await trunk_socket(trunk_host)
+    phone_lo = take_ports(2, even=True)
+    phone = await RtpEndpoint.open("127.0.0.1", PortAllocator(phone_lo, phone_lo + 1))
+    try:
+        trunk.transport.sendto(
+            sip("INVITE", port, phone.local_port, branch=f"z9hG4bK-{call_id}", call_id=call_id),
+            server.sip_address,
+        )
+        ok = await trunk.expect(200)
+        kefu_rtp = int(ok.body.decode().split("m=audio ")[1].split()[0])
+        tag = ok.to.tag or ""
+        ack = sip("ACK", port, to_tag=tag, branch=f"z9hG4bK-ack-{call_id}", call_id=call_id)
+        trunk.transport.sendto(ack, server.sip_address)
+        (call,) = [c for c in server.calls.values() if c.state.value != "ended"]
+        phone.start(("127.0.0.1", kefu_rtp), codec_info("PCMU"), 0, 101)
+        phone.play(PcmTrack(sine(hz, 1.5), RATE))
+        await asyncio.sleep(1.8)
+        bye = sip("BYE", port, cseq=2, to_tag=tag, branch=f"z9hG4bK-bye-{call_id}", call_id=call_id)
+        trunk.transport.sendto(bye, server.sip_address)
+        await trunk.expect(200)
+        await until(lambda: not server.calls)
+    finally:
+        await phone.close()
+        trunk.transport.close()
+    return call.id
+
+
+async def test_only_the_calls_of_a_listed_trunk_are_recorded(tmp_path: Path) -> None:
+    config = server_config(
+        tmp_path / "state",
+        calls={"record_trunks": ["127.0.0.2/32"], "recordings_dir": str(tmp_path / "rec")},
+    )
+    assert not config.calls.record
+    server = KefuServer(config)
+    await server.start()
+    try:
+        listed = await _call_from(server, "127.0.0.2", 440, "rec-listed")
+        other = await _call_from(server, "127.0.0.1", 660, "rec-other")
+        await until(lambda: server.recordings is not None and server.recordings.written == 1)
+        metrics = server.metrics.render().decode()
+    finally:
+        await server.stop()
+    (path,) = (tmp_path / "rec").glob("*/*.wav")
+    assert path.stem == listed and listed != other
+    _, pcm = read_stereo(path)
+    said = voiced(pcm[:, CALLER])
+    assert abs(dominant_hz(pcm[said[0] * 160 : (said[-1] + 1) * 160, CALLER]) - 440) < 10
+    assert 'kefu_recordings_total{result="written"} 1.0' in metrics
+
+
+def test_the_recording_policy_matches_trunk_networks() -> None:
+    policy = RecordingPolicy.from_config(
+        CallsConfig(record_trunks=("10.0.0.0/24", "192.168.1.7", "2001:db8::/32"))
+    )
+    assert policy.enabled and not policy.every_call
+    assert policy.records("10.0.0.99") and policy.records("192.168.1.7")
+    assert policy.records("[2001:db8::5]") and policy.records("2001:db8::5")
+    assert not policy.records("10.0.1.1") and not policy.records("192.168.1.8")
+    assert not policy.records("::ffff:10.0.0.1") and not policy.records("")
+    assert not RecordingPolicy.from_config(CallsConfig()).enabled
+    everything = RecordingPolicy.from_config(CallsConfig(record=True))
+    assert everything.enabled and everything.records("203.0.113.9")
 
 
 def payload(pcm: np.ndarray) -> bytes:

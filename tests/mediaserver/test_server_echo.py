@@ -97,9 +97,10 @@ async def server(tmp_path):
     await srv.stop()
 
 
-async def trunk_socket() -> Trunk:
+async def trunk_socket(host: str = "127.0.0.1") -> Trunk:
+    """A trunk's SIP socket on ``host`` (any 127.x.y.z is loopback: a second trunk)."""
     loop = asyncio.get_running_loop()
-    _, trunk = await loop.create_datagram_endpoint(Trunk, local_addr=("127.0.0.1", 0))
+    _, trunk = await loop.create_datagram_endpoint(Trunk, local_addr=(host, 0))
     return trunk
 
 
