@@ -81,13 +81,20 @@ def video_mouth(lumas: np.ndarray) -> np.ndarray:
     and middle third (inside the outline of a swaying head and its hair), the 2 % of pixels
     whose brightness varies most over the recording; the value is how far those pixels are
     from their median (the mouth at rest, as it is most of the time) in each frame: the dark
-    inside, the teeth and the moving lips all count."""
+    inside, the teeth and the moving lips all count; less its floor over 1.5 s (the head's
+    slow sway)."""
     height, width = lumas.shape[1:]
     lower = lumas[:, height // 2 :, width // 3 : 2 * width // 3].astype(np.float32)
     spread = lower.std(axis=0)
     mask = spread >= np.quantile(spread, 0.98)
     region = lower[:, mask]
-    return np.asarray(np.abs(region - np.median(region, axis=0)[None, :]).mean(axis=1), np.float64)
+    raw = np.abs(region - np.median(region, axis=0)[None, :]).mean(axis=1).astype(np.float64)
+    # The head's slow sway moves those pixels too (periods of seconds); the mouth moves within
+    # a syllable. Take away the running floor over 1.5 s (45 frames at 30 fps).
+    half = 22
+    padded = np.pad(raw, half, mode="edge")
+    windows = np.lib.stride_tricks.sliding_window_view(padded, 2 * half + 1)
+    return np.asarray(raw - windows.min(axis=1), np.float64)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
