@@ -45,6 +45,7 @@ __all__ = [
     "blend",
     "close_lips",
     "concat_chunks",
+    "envelope_clip",
     "frame_count",
     "frame_times",
     "lipsync",
@@ -285,6 +286,37 @@ def speech_clip(
     rate = fps if fps is not None else (config or LipsyncConfig()).fps
     frames = lipsync(marks, fps=rate, duration_ms=duration_ms, notation=notation, config=config)
     return SpeechClip(start_s, rate, frames)
+
+
+ENVELOPE_FLOOR_DB = -45.0
+"""Frame loudness (dBFS) at and below which the envelope mouth is shut."""
+ENVELOPE_FULL_DB = -15.0
+"""Frame loudness at which it is as open as it gets."""
+
+
+def envelope_clip(
+    pcm: NDArray[np.int16], sample_rate: int, start_s: float, *, fps: float = 30.0
+) -> SpeechClip:
+    """A mouth from the audio's loudness alone, for speech that came without phoneme timings
+    (an engine that gives none, a recorded prompt): each frame's RMS in dBFS between
+    :data:`ENVELOPE_FLOOR_DB` and :data:`ENVELOPE_FULL_DB` opens the jaw up to 0.55 and
+    lowers the lower lip with it, with a fast attack and a slower release so syllables read.
+    No visemes, so no rounded or closed-lip shapes: a fallback, not lip-sync."""
+    count = frame_count(len(pcm) / sample_rate, fps) if len(pcm) else 0
+    frames = np.zeros((count, COUNT), np.float32)
+    hop = sample_rate / fps
+    level, out = 0.0, np.zeros(count, np.float32)
+    for k in range(count):
+        window = pcm[int(k * hop) : int((k + 1) * hop)].astype(np.float64)
+        rms = math.sqrt(float(np.mean(window**2))) if len(window) else 0.0
+        db = 20.0 * math.log10(max(rms, 1.0) / 32768.0)
+        span = ENVELOPE_FULL_DB - ENVELOPE_FLOOR_DB
+        target = min(1.0, max(0.0, (db - ENVELOPE_FLOOR_DB) / span))
+        level += (0.7 if target > level else 0.35) * (target - level)
+        out[k] = level
+    frames[:, index_of("jawOpen")] = 0.55 * out
+    frames[:, indices(("mouthLowerDownLeft", "mouthLowerDownRight"))] = 0.25 * out[:, None]
+    return SpeechClip(start_s, fps, frames)
 
 
 def concat_chunks(chunks: Iterable[TtsChunk]) -> tuple[tuple[PhonemeMark, ...], float]:

@@ -27,7 +27,7 @@ import structlog
 
 from kefu.ai_bridge.avatar.expression import UnknownEmotion
 from kefu.ai_bridge.avatar.face import FaceConfig, FaceDriver, FaceMode
-from kefu.ai_bridge.avatar.lipsync import speech_clip
+from kefu.ai_bridge.avatar.lipsync import envelope_clip, speech_clip
 from kefu.ai_bridge.avatar.quality import Quality, Step
 from kefu.ai_bridge.avatar.video import AvatarVideo
 from kefu.ai_bridge.avatar.visemes import Notation
@@ -102,8 +102,8 @@ class AvatarStream:
         if self._next_emotion is not None:
             self._emotions.append((self._now() + self.track.queued_s, self._next_emotion))
             self._next_emotion = None
+        start_s = self._now() + self.track.queued_s
         if chunk.phonemes:
-            start_s = self._now() + self.track.queued_s
             clip = speech_clip(
                 chunk.phonemes,
                 start_s,
@@ -112,6 +112,8 @@ class AvatarStream:
                 notation=self.notation,
             )
             self.face.speak(clip)
+        elif chunk.text and len(chunk.pcm):  # speech without timings: a loudness mouth
+            self.face.speak(envelope_clip(chunk.pcm, chunk.sample_rate, start_s, fps=self.fps))
         return chunk
 
     def caller_started(self) -> None:

@@ -238,3 +238,23 @@ def test_config_is_validated() -> None:
     with pytest.raises(ValueError, match="positive"):
         LipsyncConfig(lead_s=0)
     assert VisemeSpan(Viseme.AA, 0.1, 0.3).center_s == pytest.approx(0.2)
+
+
+def test_speech_without_timings_gets_a_mouth_from_its_loudness() -> None:
+    import numpy as np
+
+    from kefu.ai_bridge.avatar.arkit import INDEX
+    from kefu.ai_bridge.avatar.lipsync import envelope_clip
+
+    rate = 22050
+    t = np.arange(rate) / rate  # 1 s: 0.3 s silence, 0.4 s voice, 0.3 s silence
+    voice = ((t > 0.3) & (t < 0.7)) * 12000 * np.sin(2 * np.pi * 180 * t)
+    clip = envelope_clip(voice.astype(np.int16), rate, 5.0, fps=30)
+    jaw = clip.frames[:, INDEX["jawOpen"]]
+    assert clip.start_s == 5.0 and len(clip.frames) == 30
+    assert jaw[:8].max() == 0.0  # shut before the voice
+    assert jaw[12:20].min() > 0.3  # open while it sounds
+    assert jaw[-3:].max() < 0.1  # closing again after it
+    assert (clip.frames >= 0).all() and (clip.frames <= 1).all()
+    assert np.count_nonzero(clip.frames.max(axis=0)) == 3  # jaw and lower lip only
+    assert len(envelope_clip(np.zeros(0, np.int16), rate, 0.0).frames) == 0

@@ -240,3 +240,26 @@ def _silent_chunk():
     from kefu.ai_bridge.speak.base import TtsChunk
 
     return TtsChunk(np.zeros(2205, np.int16), 22050, "")
+
+
+def test_a_chunk_without_phoneme_timings_still_moves_the_mouth() -> None:
+    import numpy as np
+
+    from kefu.ai_bridge.avatar.arkit import INDEX
+    from kefu.ai_bridge.avatar.wire import decode_frame
+    from kefu.ai_bridge.speak.base import TtsChunk
+
+    clock = [50.0]
+
+    class Track:
+        queued_s = 0.0
+
+        def media_s(self, now: float) -> float:
+            return now
+
+    stream = AvatarStream(Track(), lambda _: None, clock=lambda: clock[0])
+    t = np.arange(22050) / 22050
+    loud = (12000 * np.sin(2 * np.pi * 200 * t)).astype(np.int16)
+    stream.tap(TtsChunk(loud, 22050, "a recorded prompt"), turn_id=None)  # no phonemes
+    clock[0] = 50.5
+    assert decode_frame(stream.frame(50.5)).weights[INDEX["jawOpen"]] > 0.3
