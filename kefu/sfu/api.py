@@ -86,7 +86,7 @@ class Room:
     members: dict[str, _Member] = field(default_factory=dict)
     sources: dict[str, PacketSource] = field(default_factory=dict)
     video_sources: dict[str, VideoFanout] = field(default_factory=dict)
-    """Published videos (the avatar's), sent to the members that ask for video."""
+    """Published videos (the avatar's, callers' cameras), sent to the members that ask."""
     closed: bool = False
     counters: SfuCounters = field(default_factory=SfuCounters)
     floor: Callable[[_Member], bool] | None = None
@@ -122,6 +122,11 @@ class Room:
         for member in list(self.members.values()):
             if member.id != owner_id:
                 member._offer_video(owner_id, fanout)
+
+    def remove_video_source(self, owner_id: str, fanout: VideoFanout) -> None:
+        """``owner_id`` stopped publishing ``fanout`` (no-op if it has been replaced or left)."""
+        if self.video_sources.get(owner_id) is fanout:
+            self._drop_video(owner_id)
 
     def _drop_video(self, owner_id: str) -> None:
         fanout = self.video_sources.pop(owner_id, None)

@@ -231,7 +231,8 @@ def tap_receiver(
 ) -> None:
     """Route ``receiver``'s RTP to ``source`` instead of aiortc's decoder (see module doc).
 
-    ``source=None`` discards the stream (kefu does not forward video yet) without decoding it.
+    ``source=None`` discards the stream without decoding it (a participant's second audio or
+    video track; its first video track is decoded and republished, :mod:`.camera`).
     """
 
     # The payload-type map is only known once negotiation finished (and changes with

@@ -40,6 +40,7 @@ from aiortc import (
 from aiortc.sdp import candidate_from_sdp
 
 from kefu.sfu import ice, stable_ids
+from kefu.sfu.camera import CameraPublisher
 from kefu.sfu.errors import BadCandidate, BadSdp, BadSignalingState, ParticipantGone
 from kefu.sfu.forward import DropOldest, EncodedTrack, PacketSource, tap_receiver
 from kefu.sfu.mixer import AudioMixer, LocalPublisher
@@ -157,6 +158,8 @@ class Participant(_Member):
         """What this client asked of the avatar (:data:`AVATAR_MODES`); video only on request."""
         self.video: dict[str, tuple[RTCRtpSender, VideoTrack]] = {}
         """The room's published videos this client receives, by publisher."""
+        self.camera: CameraPublisher | None = None
+        """This client's own video (one track at a time), published to the room."""
         self._settings = settings
         self._state_since = now
         self._renegotiate_pending = False
@@ -259,6 +262,8 @@ class Participant(_Member):
         for _, video in self.video.values():
             video.stop()
         self.video.clear()
+        if self.camera is not None:
+            await self.camera.stop()
         self._outbox.close()
         await self.pc.close()
         self._set_state("closed")
@@ -373,8 +378,19 @@ class Participant(_Member):
                     )
                     tap_receiver(transceiver.receiver, transceiver, self.source)
                     self._room.add_source(self.id, self.source)
+                elif track.kind == "video" and not self._closed and not self._has_camera():
+                    self.camera = CameraPublisher(
+                        self.id, track, transceiver.receiver, on_end=self._camera_ended
+                    )
+                    self._room.add_video_source(self.id, self.camera.fanout)
                 else:
                     tap_receiver(transceiver.receiver, transceiver, None)
+
+    def _has_camera(self) -> bool:
+        return self.camera is not None and not self.camera.ended
+
+    def _camera_ended(self, camera: CameraPublisher) -> None:
+        self._room.remove_video_source(self.id, camera.fanout)
 
     def _adopt_channel(self, channel: RTCDataChannel) -> None:
         if channel.label == AVATAR_LABEL and not self._closed:

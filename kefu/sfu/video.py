@@ -1,8 +1,9 @@
 """Video in a room: one published picture, fanned out to the members who want it.
 
-A :class:`VideoFanout` is what an in-process publisher (the AI agent's avatar) hands the room:
-it takes *decoded* frames (``av.VideoFrame``, already in ``yuv420p``) and gives each subscriber
-its own :class:`VideoTrack`. Each track goes to ``RTCPeerConnection.addTrack`` of one
+A :class:`VideoFanout` is what a publisher hands the room (the AI agent's avatar, or a
+browser's camera as aiortc decoded it, :mod:`.camera`): it takes *decoded* frames
+(``av.VideoFrame``, already in ``yuv420p``) and gives each subscriber its own
+:class:`VideoTrack`. Each track goes to ``RTCPeerConnection.addTrack`` of one
 subscriber, so aiortc encodes it for that subscriber in the codec it negotiated (VP8 or H.264),
 answers its RTCP feedback (PLI and FIR force a key frame of *its* encoder, NACKs resend from
 *its* history) and follows its bandwidth estimate (REMB). A late joiner asks for a key frame and
