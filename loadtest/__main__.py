@@ -122,6 +122,12 @@ def main(argv: list[str] | None = None) -> int:
         sub.add_parser("tls-srtp", help="TLS handshake ms per connection, SRTP us per packet")
     )
 
+    from loadtest import recording_bench
+
+    recording_bench.add_arguments(
+        sub.add_parser("recording", help="call recording on vs off: CPU and bytes per call-minute")
+    )
+
     from loadtest import flood
 
     flood.add_arguments(
@@ -165,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "tls-srtp":
         return tls_srtp.main(args)
+    if args.command == "recording":
+        return recording_bench.main(args)
     if args.command == "flood":
         return flood.main(args)
     if args.command == "avatar-render":

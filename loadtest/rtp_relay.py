@@ -32,7 +32,12 @@ from typing import Any
 from kefu.rtp.srtp import SrtpContext
 from kefu.sip import sdes
 from kefu.sip.message import Response, parse_message
-from loadtest.kefu_process import CpuSample, cpu_percent, load_average, sample_cpu
+from loadtest.kefu_process import (
+    CpuSample,
+    cpu_percent,
+    load_average,
+    sample_cpu,
+)
 from loadtest.peers import LOCALHOST, stop_process
 from loadtest.sip_load import start_kefu
 
@@ -450,13 +455,27 @@ def _srtp_stream(uac: MiniUac, sock: socket.socket, ssrc: int) -> tuple[SipCall,
     return call, stream
 
 
-def kefu_phase(n: int, seconds: float, uvloop: bool, *, srtp: bool = False) -> dict[str, Any]:
+def kefu_phase(
+    n: int, seconds: float, uvloop: bool, *, srtp: bool = False, record_dir: Path | None = None
+) -> dict[str, Any]:
     """N kefu echo calls at 50 packets/s each way; with ``srtp`` every call is SDES-SRTP
-    (this generator protects and unprotects with libsrtp, as a trunk would)."""
+    (this generator protects and unprotects with libsrtp, as a trunk would).
+
+    With ``record_dir`` kefu records every call there (``KEFU_CALLS_RECORD``); after the BYEs
+    this waits until kefu has written ``n`` recordings, and the result has ``call_seconds``,
+    each call's time from its 200 OK to the end of sending (what its recording should last).
+    Either way it has ``close_cpu_s``: kefu's CPU seconds from the first BYE until then.
+    """
+    env = (
+        {"KEFU_CALLS_RECORD": "true", "KEFU_CALLS_RECORDINGS_DIR": str(record_dir)}
+        if record_dir is not None
+        else None
+    )
     with tempfile.TemporaryDirectory(prefix="kefu-bench-relay-") as tmp:
-        kefu = start_kefu(Path(tmp), uvloop=uvloop)
+        kefu = start_kefu(Path(tmp), uvloop=uvloop, env=env)
         uac = MiniUac((LOCALHOST, kefu.sip_port))
         calls: list[SipCall] = []
+        answered: list[float] = []
         try:
             with _sockets([GEN_PORT_BASE + 2 * i for i in range(n)]) as socks:
                 streams = []
@@ -466,19 +485,42 @@ def kefu_phase(n: int, seconds: float, uvloop: bool, *, srtp: bool = False) -> d
                     else:
                         call = uac.invite(sock.getsockname()[1])
                         stream = Stream(sock, (LOCALHOST, call.media_port), sock, 0x1000 + i)
+                    answered.append(time.monotonic())
                     calls.append(call)
                     streams.append(stream)
                 time.sleep(0.5)  # let kefu's idle state settle after the INVITE burst
                 a, b, late = pump(streams, seconds, kefu.pid)
                 result = _phase_result("kefu", streams, a, b, late)
+            if record_dir is not None:
+                result["call_seconds"] = [round(b.wall - t, 3) for t in answered]
+            closing = sample_cpu({"kefu": kefu.pid})
             for call in calls:
                 uac.bye(call)
+            if record_dir is not None:
+                _await_files(record_dir, n)
+            closed = sample_cpu({"kefu": kefu.pid})
+            if record_dir is not None:
+                result["recordings_total"] = {
+                    r: kefu.metric("kefu_recordings_total", f'result="{r}"')
+                    for r in ("written", "failed")
+                }
+            result["close_cpu_s"] = round(closed.cpu["kefu"] - closing.cpu["kefu"], 3)
+            result["close_s"] = round(closed.wall - closing.wall, 3)
         finally:
             uac.close()
             kefu.stop()
     result["loop"] = "uvloop" if uvloop else "asyncio"
     result["srtp"] = sdes.SUITES[0] if srtp else None
+    result["record"] = record_dir is not None
     return result
+
+
+def _await_files(folder: Path, n: int, timeout: float = 120.0) -> None:
+    """Until ``n`` finished recordings (``<day>/<call id>.wav``) are in ``folder``, or
+    ``timeout``: the folder is polled, not ``/metrics``, so the wait costs kefu no CPU."""
+    deadline = time.monotonic() + timeout
+    while len(list(folder.glob("*/*.wav"))) < n and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def rtpengine_phase(n: int, seconds: float) -> dict[str, Any]:

@@ -20,7 +20,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -68,8 +68,10 @@ def start_kefu(
     uvloop: bool = True,
     max_calls: int = 2000,
     extra: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
 ) -> KefuProcess:
-    """``kefu serve`` in echo mode on fixed ports, logging to ``workdir/kefu.log``."""
+    """``kefu serve`` in echo mode on fixed ports, logging to ``workdir/kefu.log``; ``env``
+    is laid over this process's environment (e.g. ``KEFU_CALLS_RECORD``)."""
     return kefu_process.start_kefu(
         workdir,
         "--max-calls",
@@ -81,6 +83,7 @@ def start_kefu(
         sip_listen=f"{LOCALHOST}:{sip_port}",
         http_listen=f"{LOCALHOST}:{http_port}",
         rtp_ports=f"{KEFU_RTP_LO}-{KEFU_RTP_HI}",
+        env=env,
         log_path=workdir / "kefu.log",
     )
 
