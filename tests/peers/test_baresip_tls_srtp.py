@@ -18,19 +18,17 @@ kefu's server certificate is verified by Python clients in tests/mediaserver/tes
 
 from __future__ import annotations
 
-import json
 import shutil
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from kefu.signaling.tokens import mint_token
 from loadtest.certs import Pki, make_pki
 from loadtest.kefu_process import KefuProcess
 from loadtest.pcap import make_speech_wav, read_wav
 from loadtest.peers import TsharkCapture, baresip_rtp_ports, start_baresip
 from loadtest.rtpcap import echo_delay_and_similarity, find_stream, rtp_streams
+from tests.helpers.calls_api import list_calls
 
 pytestmark = [
     pytest.mark.netns,
@@ -71,16 +69,6 @@ def tls_kefu(kefu_factory, pki: Pki) -> tuple[KefuProcess, str]:  # type: ignore
     return kefu, str(kefu.wait_event("kefu_started")["sip_tls"])
 
 
-def list_calls(kefu: KefuProcess) -> list[dict[str, object]]:
-    token = mint_token(SECRET, "maria", "agent", 600.0, None)
-    req = urllib.request.Request(
-        f"{kefu.http}/api/calls", headers={"Authorization": f"Bearer {token}"}
-    )
-    with urllib.request.urlopen(req, timeout=5) as resp:
-        calls: list[dict[str, object]] = json.loads(resp.read())["calls"]
-        return calls
-
-
 def test_baresip_calls_over_tls_with_srtp_and_hears_its_echo(
     kefu_factory, pki: Pki, tmp_path: Path
 ) -> None:
@@ -99,7 +87,9 @@ def test_baresip_calls_over_tls_with_srtp_and_hears_its_echo(
         )
         with phone:
             started = kefu.wait_event("rtp_started")
-            during = [c for c in list_calls(kefu) if c["call_id"] == started["call_id"]]
+            during = [
+                c for c in list_calls(kefu.http, SECRET) if c["call_id"] == started["call_id"]
+            ]
             assert phone.wait(20) == 0, phone.log
             log = phone.log
             recordings = phone.recordings()

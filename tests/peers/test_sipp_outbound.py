@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +30,7 @@ from loadtest.peers import (
 )
 from loadtest.rtpcap import echo_delay_and_similarity, find_stream, rtp_streams
 from tests.conftest import start_kefu
+from tests.helpers.calls_api import list_calls
 
 pytestmark = [pytest.mark.netns, pytest.mark.peer]
 
@@ -63,16 +63,6 @@ def kefu_call(kefu: KefuProcess, *args: str) -> tuple[int, dict[str, object]]:
     return proc.returncode, json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def list_calls(kefu: KefuProcess) -> list[dict[str, object]]:
-    token = mint_token(SECRET, "maria", "agent", 600.0, None)
-    req = urllib.request.Request(
-        f"{kefu.http}/api/calls", headers={"Authorization": f"Bearer {token}"}
-    )
-    with urllib.request.urlopen(req, timeout=5) as resp:
-        calls: list[dict[str, object]] = json.loads(resp.read())["calls"]
-        return calls
-
-
 def uas(alg: str = "MD5", media_port: int | None = None) -> SippProcess:
     return start_sipp_uas(
         "uas_digest_answer",
@@ -102,7 +92,7 @@ def test_call_through_a_digest_challenge_plays_the_prompt_then_byes(tmp_path: Pa
                 kefu, "--mode", "prompt", "--context", '{"order": "A-1042"}', "--from", "4000"
             )
             assert (status, out["result"]) == (0, "answered"), out
-            (listed,) = list_calls(kefu)
+            (listed,) = list_calls(kefu.http, SECRET)
             assert listed["call_id"] == out["call_id"] and listed["state"] == "ai_active"
             assert listed["direction"] == "outbound" and listed["callee"] == CALLED
             assert listed["context"] == {"order": "A-1042"}
