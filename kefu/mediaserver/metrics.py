@@ -15,6 +15,8 @@ from prometheus_client import (
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from kefu.ai_bridge.events import AvatarQualityChanged
+
 
 class Metrics:
     def __init__(self) -> None:
@@ -58,6 +60,12 @@ class Metrics:
             buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
             registry=r,
         )
+        self.avatar_steps = Counter(
+            "kefu_avatar_quality_steps_total",
+            "Avatar degradation-ladder steps, by the level stepped to and why",
+            ["level", "reason"],
+            registry=r,
+        )
         self.invite_to_answer = Histogram(
             "kefu_invite_answer_seconds",
             "INVITE received to 200 OK sent",
@@ -73,6 +81,11 @@ class Metrics:
         self.outbound_calls = Counter(
             "kefu_outbound_calls_total", "Outbound calls by outcome", ["result"], registry=r
         )
+
+    def count_event(self, event: object) -> None:
+        """A bus sink for the counters kept from call events (the avatar's quality steps)."""
+        if isinstance(event, AvatarQualityChanged):
+            self.avatar_steps.labels(event.level, event.reason).inc()
 
     def watch_sfu(self, stats: Callable[[], dict[str, int]]) -> None:
         """Export the SFU's own counters (read at scrape time) as kefu_webrtc_*."""

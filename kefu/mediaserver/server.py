@@ -151,6 +151,7 @@ class KefuServer:
         )
         self.bus.attach(self.agent_queue.read)
         self.bus.attach(self._room_handoff)
+        self.bus.attach(self.metrics.count_event)
         self.cluster: ClusterNode | None = None
         """This node's part in a cluster (``state.redis_url`` set); a worker only replicates
         its dialog state."""

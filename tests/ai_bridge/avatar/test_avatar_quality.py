@@ -75,3 +75,16 @@ def test_headroom_needs_every_frame_fast_and_a_punctual_loop() -> None:
     assert _windows(ladder, OK, 20) == [("720p", "headroom")]
     assert Quality.HD.size == (1280, 720) and Quality.SD.size == (512, 512)
     assert not Quality.WEIGHTS.renders and Quality.WEIGHTS.size == (0, 0)
+
+
+def test_each_step_is_counted_in_the_metrics() -> None:
+    from kefu.ai_bridge.events import AvatarQualityChanged
+    from kefu.mediaserver.metrics import Metrics
+
+    metrics = Metrics()
+    metrics.count_event(AvatarQualityChanged("room:r1", "weights", "512", "frames_skipped", 1.0))
+    metrics.count_event(AvatarQualityChanged("room:r2", "weights", "512", "frames_skipped", 2.0))
+    metrics.count_event(object())  # any other event: nothing
+    text = metrics.render().decode()
+    line = 'kefu_avatar_quality_steps_total{level="weights",reason="frames_skipped"} 2.0'
+    assert line in text
