@@ -18,13 +18,12 @@ import json
 import sys
 import tempfile
 import time
-import wave
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from loadtest.avatar_sync import lipsync_offset, video_mouth
+from loadtest.avatar_sync import lipsync_offset, read_heard, video_mouth
 from loadtest.pcap import write_wav
 from loadtest.video_record import read_y4m
 from loadtest.webrtc import run_call
@@ -46,15 +45,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _offset(heard: Path, times: np.ndarray, mouth: np.ndarray) -> dict[str, Any] | None:
-    with wave.open(str(heard)) as w:
-        rate = w.getframerate()
-        audio = np.frombuffer(w.readframes(w.getnframes()), "<i2")
-    stamp = Path(f"{heard}.times")
-    if not stamp.exists() or len(times) < 30:
+    if len(times) < 30:
         return None
     try:
-        return lipsync_offset(audio, rate, float(stamp.read_text().split()[0]), times, mouth)
-    except ValueError:
+        audio, rate, t0 = read_heard(heard)
+        return lipsync_offset(audio, rate, t0, times, mouth)
+    except (FileNotFoundError, ValueError):
         return None
 
 

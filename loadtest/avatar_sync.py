@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["add_arguments", "lipsync_offset", "main"]
+__all__ = ["add_arguments", "lipsync_offset", "main", "read_heard", "video_mouth"]
 
 GRID_S = 0.01
 WINDOW_S = 0.03
@@ -74,6 +74,15 @@ def lipsync_offset(
     }
 
 
+def read_heard(path: str | Path) -> tuple[np.ndarray, int, float]:
+    """What ``--record`` wrote: the samples, their rate, and the arrival time of the first
+    (``<path>.times``); FileNotFoundError when either file is missing."""
+    with wave.open(str(path)) as w:
+        rate = w.getframerate()
+        audio = np.frombuffer(w.readframes(w.getnframes()), "<i2")
+    return audio, rate, float(Path(f"{path}.times").read_text().split()[0])
+
+
 def video_mouth(lumas: np.ndarray) -> np.ndarray:
     """One value per frame that grows as the mouth opens, from luma planes (frames × h × w).
 
@@ -110,11 +119,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    heard = Path(args.heard)
-    with wave.open(str(heard)) as w:
-        rate = w.getframerate()
-        audio = np.frombuffer(w.readframes(w.getnframes()), "<i2")
-    t0 = float(Path(f"{heard}.times").read_text().split()[0])
+    audio, rate, t0 = read_heard(args.heard)
     if str(args.weights).endswith(".y4m"):
         from loadtest.video_record import read_y4m
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import json
 import urllib.request
-import wave
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,7 @@ from browser.chromium import kefu_env, page_url, require_chromium, run_driver, t
 from conftest import KefuProcess, start_kefu
 
 from kefu.ai_bridge.avatar.render import probe
-from loadtest.avatar_sync import lipsync_offset, video_mouth
+from loadtest.avatar_sync import lipsync_offset, read_heard, video_mouth
 from loadtest.pcap import write_wav
 from loadtest.video_record import read_y4m
 from loadtest.webrtc import run_call
@@ -101,10 +100,7 @@ def test_a_web_caller_sees_the_face_speak_in_sync_with_the_voice(
     assert middle.std() > 15 and abs(middle.mean() - corners.mean()) > 10
 
     # the mouth moves with the voice the caller hears (the bot's greeting)
-    with wave.open(str(heard)) as w:
-        rate = w.getframerate()
-        audio = np.frombuffer(w.readframes(w.getnframes()), "<i2")
-    t0 = float(Path(f"{heard}.times").read_text().split()[0])
+    audio, rate, t0 = read_heard(heard)
     by_video = lipsync_offset(audio, rate, t0, np.array(times), video_mouth(lumas))
     rows = [json.loads(line) for line in weights.read_text().splitlines()]
     by_weights = lipsync_offset(
