@@ -121,6 +121,67 @@ def best_correlation(
     return float(window[lag]) / norm, lag * step / RATE
 
 
+def tracked_correlation(
+    reference: np.ndarray,
+    heard: np.ndarray,
+    *,
+    loop: bool = False,
+    max_lag_s: float = 2.0,
+    window_s: float = 0.5,
+) -> float:
+    """How well ``heard`` follows ``reference`` (both mono 48 kHz) when the path may lose or
+    stretch audio: the median, over the sounding ``window_s`` windows of ``heard``, of each
+    window's peak normalized cross-correlation with ``reference`` near its neighbour's
+    alignment. :func:`best_correlation` holds one alignment for the whole recording, so a
+    single 20 ms slip (a lost packet, a late jitter buffer) halves its score; this one does not.
+
+    ``heard`` lags ``reference`` by up to ``max_lag_s``, or leads it by up to ``window_s``
+    (what was lost before the first packet arrived); with ``loop`` the reference was played
+    in a loop (Chromium loops its fake-microphone file) and any offset into it fits. The
+    alignment starts at the best-matching window and may move ±40 ms per window; holding each
+    window to it keeps chance matches of unrelated audio (which peak anywhere) from scoring.
+    """
+    size = int(window_s * RATE)
+    slack = RATE // 25
+    heard = heard.astype(np.float64)
+    ref = reference.astype(np.float64)
+    if loop:
+        n = len(ref)  # alignment = offset of heard[0] in the loop
+        ref = np.tile(ref, 3)
+    else:
+        lag = int(max_lag_s * RATE)  # alignment i: heard is lag - i samples behind
+        n = lag + size + 1
+        ref = np.concatenate((np.zeros(lag), ref, np.zeros(size)))
+    ref_energy = np.concatenate(([0.0], np.cumsum(ref * ref)))
+    local = ref_energy[size:] - ref_energy[:-size]  # energy of every ``size`` slice of ref
+    fft_size = 1 << int(np.ceil(np.log2(len(ref) + size)))
+    ref_spectrum = np.fft.rfft(ref, fft_size)
+    curves = []  # per sounding window: normalized correlation at each alignment
+    for start in range(0, len(heard) - size + 1, size):
+        window = heard[start : start + size]
+        energy = float(np.dot(window, window))
+        if energy < size * 300.0**2:  # a pause between words: nothing to compare
+            continue
+        corr = np.fft.irfft(ref_spectrum * np.conj(np.fft.rfft(window, fft_size)), fft_size)
+        if loop:
+            at = (np.arange(n) + start) % n + n
+        else:
+            at = np.minimum(start + np.arange(n), len(local) - 1)
+        curves.append(corr[at] / np.sqrt(np.maximum(local[at], 1.0) * energy))
+    if len(curves) < 4:
+        return 0.0
+    first = max(range(len(curves)), key=lambda i: float(np.max(curves[i])))
+    scores = [float(np.max(curves[first]))]
+    for order in (range(first + 1, len(curves)), range(first - 1, -1, -1)):
+        offset = int(np.argmax(curves[first]))
+        for i in order:
+            near = np.arange(offset - slack, offset + slack + 1)
+            near = near % n if loop else near[(near >= 0) & (near < n)]
+            offset = int(near[np.argmax(curves[i][near])])
+            scores.append(float(curves[i][offset]))
+    return float(np.median(scores))
+
+
 async def run_call(
     target: str,
     wav: str | Path,

@@ -24,6 +24,7 @@ from browser.chromium import (
 from conftest import start_kefu
 
 from loadtest.pcap import make_speech_wav, speech_like_pcm, write_wav
+from loadtest.webrtc import tracked_correlation
 from loadtest.webrtc_client import WebRtcClient, read_wav
 
 pytestmark = [pytest.mark.netns, pytest.mark.peer]
@@ -31,49 +32,11 @@ pytestmark = [pytest.mark.netns, pytest.mark.peer]
 SPEECH_S = 3.0
 
 
-def looped_correlation(period: np.ndarray, heard: np.ndarray, *, window_s: float = 0.5) -> float:
+def looped_correlation(period: np.ndarray, heard: np.ndarray) -> float:
     """How well ``heard`` follows ``period`` played in a loop (Chromium loops its
-    fake-microphone file): the median, over the sounding 0.5 s windows of ``heard``, of each
-    window's peak normalized cross-correlation with the loop near its neighbour's alignment.
-
-    The alignment starts at the best-matching window and may move ±40 ms per window (a lost
-    packet shifts it by 20 ms); holding each window to it keeps chance matches of unrelated
-    audio (which peak anywhere in the loop) from scoring, while short windows keep Chromium's
-    own audio processing (AGC, noise suppression, echo cancellation) from spoiling the whole
-    comparison.
-    """
-    rate = 48000
-    size = int(window_s * rate)
-    slack = rate // 25
-    n = len(period)
-    heard = heard[rate : len(heard) - rate // 4].astype(np.float64)
-    ref = np.tile(period.astype(np.float64), 3)
-    ref_energy = np.concatenate(([0.0], np.cumsum(ref * ref)))
-    local = ref_energy[size:] - ref_energy[:-size]  # energy of every ``size`` slice of ref
-    fft_size = 1 << int(np.ceil(np.log2(len(ref) + size)))
-    ref_spectrum = np.fft.rfft(ref, fft_size)
-    curves = []  # per sounding window: normalized correlation at each loop offset of heard[0]
-    for start in range(0, len(heard) - size + 1, size):
-        window = heard[start : start + size]
-        energy = float(np.dot(window, window))
-        if energy < size * 300.0**2:  # a pause between words: nothing to compare
-            continue
-        corr = np.fft.irfft(ref_spectrum * np.conj(np.fft.rfft(window, fft_size)), fft_size)
-        # Index by the offset of heard[0] in the loop, so one alignment fits every window.
-        lags = (np.arange(n) + start) % n + n
-        curves.append(corr[lags] / np.sqrt(np.maximum(local[lags], 1.0) * energy))
-    if len(curves) < 4:
-        return 0.0
-    # Follow the alignment outwards from the best window; a lost packet moves it by 20 ms.
-    first = max(range(len(curves)), key=lambda i: float(np.max(curves[i])))
-    scores = [float(np.max(curves[first]))]
-    for order in (range(first + 1, len(curves)), range(first - 1, -1, -1)):
-        offset = int(np.argmax(curves[first]))
-        for i in order:
-            near = np.arange(offset - slack, offset + slack + 1) % n
-            offset = int(near[np.argmax(curves[i][near])])
-            scores.append(float(curves[i][offset]))
-    return float(np.median(scores))
+    fake-microphone file), window by window; the first second (the page starting up) and
+    the last 250 ms (hanging up) are left out."""
+    return tracked_correlation(period, heard[48000 : len(heard) - 12000], loop=True)
 
 
 @pytest.fixture

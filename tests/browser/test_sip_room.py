@@ -19,7 +19,7 @@ from conftest import start_kefu
 from loadtest.pcap import make_rtp_pcap, speech_like_pcm, write_wav
 from loadtest.peers import TsharkCapture, run_sipp, sipp_media_port
 from loadtest.rtpcap import find_stream, rtp_streams
-from loadtest.webrtc import best_correlation
+from loadtest.webrtc import tracked_correlation
 from loadtest.webrtc_client import PacedPcmTrack, WebRtcClient, read_wav
 
 pytestmark = [pytest.mark.netns, pytest.mark.peer]
@@ -61,10 +61,15 @@ async def test_sipp_caller_and_webrtc_participant_hear_each_other(tmp_path: Path
         await client.close()
         kefu.stop()
     assert result.ok, result.errors or result.stderr_tail
-    # The WebRTC participant heard the SIP caller's speech on some track.
+    # The WebRTC participant heard the SIP caller's speech on some track: followed window by
+    # window, as a lost or late packet on a loaded machine shifts the rest by 20 ms. The same
+    # measure against other speech-like audio stays low, so it is this speech, not any.
     sent = read_wav(tmp_path / "speech8k.wav")
-    scores = [best_correlation(sent, t, max_lag_s=seconds + 2)[0] for t in tracks]
-    assert max(scores, default=0.0) > 0.4, scores
+    scores = [tracked_correlation(sent, t, max_lag_s=seconds + 2) for t in tracks]
+    assert max(scores, default=0.0) > 0.5, scores
+    decoy = speech_like_pcm(3.0, 48000, seed=11)
+    heard = tracks[int(np.argmax(scores))]
+    assert tracked_correlation(decoy, heard, max_lag_s=seconds + 2) < 0.3
     # The SIP caller heard the WebRTC participant's tone (not its own echo).
     streams = rtp_streams(capture.path, ports=[media_port])
     down = find_stream(streams, dst_port=media_port).pcm()
