@@ -116,7 +116,10 @@ class RoomService:
 
     async def _add_bot(self, room_id: str) -> None:
         speaks = DeferredTrack()
-        bot = await self.sfu.join_local(room_id, BOT_ID, "bot", speaks, display="kefu")
+        # the AI recognises the caller: it hears each packet as it arrives (prompt mix)
+        bot = await self.sfu.join_local(
+            room_id, BOT_ID, "bot", speaks, display="kefu", prompt_mix=True
+        )
         self._bots[room_id] = bot
         if self.make_bot is None:
             speaks.connect(bot.mixed_audio)

@@ -211,10 +211,15 @@ class Sfu:
         *,
         display: str = "",
         user: str = "",
+        prompt_mix: bool = False,
     ) -> LocalParticipant:
-        """Put an in-process track into the room, no peer connection (SIP legs, the AI)."""
+        """Put an in-process track into the room, no peer connection (SIP legs, the AI).
+        ``prompt_mix``: it hears the room as audio arrives, not paced for a loudspeaker (a
+        recogniser: :class:`~kefu.sfu.mixer.AudioMixer`)."""
         room = self._admit(room_id, participant_id, role)
-        participant = LocalParticipant(room, participant_id, role=role, display=display, user=user)
+        participant = LocalParticipant(
+            room, participant_id, role=role, display=display, user=user, prompt_mix=prompt_mix
+        )
         self._enter(room, participant)
         for owner_id, src in room.sources_for(participant_id):
             participant._subscribe(owner_id, src)

@@ -55,12 +55,14 @@ class QueueClosed(Exception):
 class DropOldest(Generic[T]):
     """Bounded FIFO for one consumer; when full, ``put`` discards the oldest item (counted)."""
 
-    def __init__(self, maxlen: int) -> None:
+    def __init__(self, maxlen: int, *, notify: Callable[[], None] | None = None) -> None:
         if maxlen < 1:
             raise ValueError("DropOldest: maxlen must be >= 1")
         self._items: deque[T] = deque()
         self._maxlen = maxlen
         self._waiter: asyncio.Future[None] | None = None
+        self._notify = notify
+        """Called after every put and on close (a consumer that waits on several queues)."""
         self._closed = False
         self.dropped = 0
 
@@ -104,6 +106,8 @@ class DropOldest(Generic[T]):
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
+        if self._notify is not None:
+            self._notify()
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,8 +173,8 @@ class PacketSource:
         self.muted = False
         """While set, packets are received (the publisher is alive) but reach nobody."""
 
-    def subscribe(self) -> DropOldest[OpusPacket]:
-        queue: DropOldest[OpusPacket] = DropOldest(self._queue_len)
+    def subscribe(self, *, notify: Callable[[], None] | None = None) -> DropOldest[OpusPacket]:
+        queue: DropOldest[OpusPacket] = DropOldest(self._queue_len, notify=notify)
         if self._closed:
             queue.close()
         else:

@@ -9,6 +9,13 @@ PCM buffer: playback of a source starts once two frames (40 ms) are there, and a
 grows past ``max_buffer_ms`` loses its oldest audio (counted), so a bursty source cannot add
 latency to the mix.
 
+A mix for a listener that is not a loudspeaker (the AI recognising the caller) is
+``prompt``: a frame goes as soon as every sounding input has its next 20 ms, instead of on
+the next clock tick after two frames were buffered, so the caller's audio reaches the VAD
+when it arrives (40-60 ms sooner than a paced mix). The clock still rules where audio is
+missing: a late packet is waited for at most ``PROMPT_GRACE_S`` past its due time, then
+concealed; with no input sounding, frames of silence go at real-time pace.
+
 :class:`LocalPublisher` reads a ``MediaStreamTrack`` of any rate/layout, resamples it to mono
 48 kHz 20 ms frames, encodes them once with Opus and publishes the packets, so every
 subscriber of that source gets them forwarded without further encoding.
@@ -37,6 +44,8 @@ FRAME = 960  # 20 ms at 48 kHz
 START_FRAMES = 2
 STALE_READ_S = 0.2
 """A mix not read for this long starts afresh: its inputs' queued audio is dropped."""
+PROMPT_GRACE_S = 0.03
+"""A prompt mix waits this long past a frame's due time for a sounding input's late packet."""
 
 
 @dataclass(slots=True)
@@ -92,18 +101,40 @@ class RealTimePacer:
                 await asyncio.sleep(delay)
         return self.pts
 
+    def due_in(self) -> float:
+        """Seconds until the next frame is due (<= 0: due now; the first one is due at once)."""
+        if self._start is None:
+            return 0.0
+        return self._start + (self.pts + self.frame) / self.rate - time.monotonic()
+
+    def take_now(self, *, follow: bool) -> int:
+        """The next pts, released now. With ``follow`` the clock moves to this frame (later
+        frames are due from now on, whether it came early or late); without, it keeps its
+        origin, as :meth:`next_pts` does."""
+        now = time.monotonic()
+        if self._start is None:
+            self._start = now
+            return self.pts
+        self.pts += self.frame
+        if follow:
+            self._start = now - self.pts / self.rate
+        return self.pts
+
 
 class AudioMixer(MediaStreamTrack):
     """Sum of every added source, 20 ms mono frames at 48 kHz (see module doc)."""
 
     kind = "audio"
 
-    def __init__(self, *, max_buffer_ms: int = 200) -> None:
+    def __init__(self, *, max_buffer_ms: int = 200, prompt: bool = False) -> None:
         super().__init__()
         self.stats = MixerStats()
         self._inputs: dict[str, tuple[PacketSource, _Input]] = {}
         self._max_buffer = RATE * max_buffer_ms // 1000
         self._pacer = RealTimePacer()
+        self._prompt = prompt
+        self._start_frames = 1 if prompt else START_FRAMES
+        self._arrived = asyncio.Event()
         self._gain = 1.0
         self._last_read: float | None = None
         self.taps = FrameTaps()
@@ -111,7 +142,8 @@ class AudioMixer(MediaStreamTrack):
 
     def add_source(self, key: str, source: PacketSource) -> None:
         self.remove_source(key)
-        self._inputs[key] = (source, _Input(source.subscribe()))
+        notify = self._arrived.set if self._prompt else None
+        self._inputs[key] = (source, _Input(source.subscribe(notify=notify)))
 
     def remove_source(self, key: str) -> None:
         entry = self._inputs.pop(key, None)
@@ -140,7 +172,7 @@ class AudioMixer(MediaStreamTrack):
                 self._drain(inp)
                 inp.pcm = np.zeros(0, np.int16)
                 inp.playing = False
-        pts = await self._pacer.next_pts()
+        pts = await (self._prompt_pts() if self._prompt else self._pacer.next_pts())
         self._last_read = time.monotonic()
         batches = [(entry[1], self._drain(entry[1])) for entry in self._inputs.values()]
         loop = asyncio.get_running_loop()
@@ -153,6 +185,34 @@ class AudioMixer(MediaStreamTrack):
         if self.taps:
             self.taps.push(frame)
         return frame
+
+    async def _prompt_pts(self) -> int:
+        """The next frame's pts, as soon as every sounding input has that frame, at the latest
+        when it is due (plus a grace for a late packet while an input is sounding). The clock
+        follows audio that arrived or was waited for; silence alone keeps real-time pace."""
+        while not self._ready():
+            playing = any(inp.playing and not inp.ended for _, inp in self._inputs.values())
+            wait = self._pacer.due_in() + (PROMPT_GRACE_S if playing else 0.0)
+            if wait <= 0:
+                return self._pacer.take_now(follow=playing)
+            self._arrived.clear()
+            if self._ready():
+                break
+            try:
+                await asyncio.wait_for(self._arrived.wait(), wait)
+            except TimeoutError:
+                return self._pacer.take_now(follow=playing)
+        return self._pacer.take_now(follow=True)
+
+    def _ready(self) -> bool:
+        """Every sounding input holds its next frame, and at least one input holds audio."""
+        held = False
+        for _, inp in self._inputs.values():
+            has = inp.pcm.size >= FRAME or len(inp.queue) > 0
+            if inp.playing and not inp.ended and not has:
+                return False
+            held = held or has
+        return held
 
     def _stale(self) -> bool:
         last = self._last_read
@@ -197,7 +257,7 @@ class AudioMixer(MediaStreamTrack):
         if pcm.size > self._max_buffer:
             self.stats.trimmed_samples += pcm.size - self._max_buffer
             pcm = pcm[-self._max_buffer :]
-        if not inp.playing and pcm.size >= START_FRAMES * FRAME:
+        if not inp.playing and pcm.size >= self._start_frames * FRAME:
             inp.playing = True
         if not inp.playing:
             inp.pcm = pcm

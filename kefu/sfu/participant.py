@@ -507,10 +507,17 @@ class LocalParticipant(_Member):
     :attr:`mixed_audio` (everyone else mixed). No peer connection, no sockets."""
 
     def __init__(
-        self, room: Room, participant_id: str, *, role: str, display: str, user: str = ""
+        self,
+        room: Room,
+        participant_id: str,
+        *,
+        role: str,
+        display: str,
+        user: str = "",
+        prompt_mix: bool = False,
     ) -> None:
         super().__init__(room, participant_id, role=role, display=display, user=user)
-        self.mixed_audio = AudioMixer()
+        self.mixed_audio = AudioMixer(prompt=prompt_mix)
         self._publisher: LocalPublisher | None = None
 
     def _start(self, track: Any) -> None:
