@@ -2,8 +2,12 @@
 
 Each caller plays a script: a silent lead (the greeting plays meanwhile), then questions
 spaced so each answer can finish. What kefu says back is recorded, cut per question, written
-as WAV and transcribed with Whisper. The response latency of a turn is measured where a
-caller would see it:
+as WAV and transcribed with Whisper. Questions (loadtest.voice_questions) are English
+(``--make-questions DIR``: piper) or Mandarin (``--make-questions DIR --lang zh [--split S]
+[--limit N]``: the in-scope understanding_zh.jsonl items, spoken by Kokoro, not kefu's
+voice); ``--lang zh`` on a measuring run hears the replies with kefu's multilingual Whisper
+in Mandarin and judges each turn on topic against the expected KB answer. The response
+latency of a turn is measured where a caller would see it:
 
 * SIP: SIPp replays the script as a G.711 pcap; tshark captures loopback. Speech end is the
   arrival of the caller packet carrying the question's last voiced 20 ms (the question's
@@ -38,29 +42,21 @@ from typing import Any
 import numpy as np
 
 from loadtest.pcap import g711_decode, make_rtp_pcap
-from loadtest.pcap import read_wav as read_any_wav
+
+# Re-exported (``X as X``): other modules import the question helpers from here.
+from loadtest.voice_questions import ASR_RATE as ASR_RATE
+from loadtest.voice_questions import FRAME_S as FRAME_S
+from loadtest.voice_questions import VOICED_RMS as VOICED_RMS
+from loadtest.voice_questions import Question as Question
+from loadtest.voice_questions import load_questions as load_questions
+from loadtest.voice_questions import make_questions as make_questions
+from loadtest.voice_questions import speech_bounds as speech_bounds
 
 SIP_RATE = 8000
-ASR_RATE = 16000
-FRAME_S = 0.02
 LEAD_S = 5.0
 """Silence before the first question: kefu's greeting (~3 s) must have finished."""
 GAP_S = 7.5
 """Silence after each question: room for the longest KB answers (~7 s) to play out."""
-VOICED_RMS = 300.0
-"""A 20 ms frame louder than this (int16 RMS, about -41 dBFS) carries voice."""
-
-
-@dataclass(frozen=True, slots=True)
-class Question:
-    """One question WAV and what it says."""
-
-    name: str
-    """File stem, e.g. ``07``."""
-    pcm: np.ndarray
-    """16 kHz mono int16."""
-    text: str = ""
-    """Reference transcript (refs.tsv), "" if unknown."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,47 +130,6 @@ class Heard:
 
 
 # --- questions and scripts -----------------------------------------------------------------
-
-
-def speech_bounds(pcm: np.ndarray, rate: int) -> tuple[float, float]:
-    """(first, last) voiced instant of ``pcm`` by 20 ms frame energy; piper's silences are
-    digital zeros, so an energy gate is the exact VAD for synthesized questions."""
-    n = int(rate * FRAME_S)
-    frames = pcm[: len(pcm) // n * n].astype(np.float64).reshape(-1, n)
-    voiced = np.flatnonzero(np.sqrt((frames**2).mean(axis=1)) >= VOICED_RMS)
-    if voiced.size == 0:
-        return 0.0, 0.0
-    return float(voiced[0]) * FRAME_S, float(voiced[-1] + 1) * FRAME_S
-
-
-def make_questions(directory: str | Path, limit: int | None = None) -> list[Question]:
-    """Write the held-out questions (kefu.ai_bridge.listen.heldout) as NN.wav + refs.tsv."""
-    from kefu.ai_bridge.listen.heldout import synthesize_heldout
-
-    synthesize_heldout(directory, limit=limit)
-    return load_questions(directory)
-
-
-def load_questions(directory: str | Path) -> list[Question]:
-    """Every ``*.wav`` in ``directory`` (resampled to 16 kHz), with refs.tsv texts if any."""
-    import soxr
-
-    root = Path(directory)
-    refs: dict[str, str] = {}
-    tsv = root / "refs.tsv"
-    if tsv.exists():
-        for line in tsv.read_text(encoding="utf-8").splitlines():
-            name, _, text = line.partition("\t")
-            refs[Path(name).stem] = text
-    out = []
-    for path in sorted(root.glob("*.wav")):
-        pcm, rate = read_any_wav(path)
-        if rate != ASR_RATE:
-            pcm = soxr.resample(pcm, rate, ASR_RATE).astype(np.int16)
-        out.append(Question(path.stem, pcm, refs.get(path.stem, "")))
-    if not out:
-        raise FileNotFoundError(f"no *.wav questions in {root}")
-    return out
 
 
 def build_script(
@@ -463,6 +418,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--make-questions", metavar="DIR", help="write the held-out questions as WAVs and exit"
     )
     parser.add_argument(
+        "--lang",
+        choices=("en", "zh"),
+        default="en",
+        help="question language: zh makes Mandarin questions and hears replies in Mandarin",
+    )
+    parser.add_argument(
+        "--split",
+        choices=("dev", "heldout", "all"),
+        default="heldout",
+        help="--make-questions --lang zh: which split of understanding_zh.jsonl",
+    )
+    parser.add_argument("--limit", type=int, help="--make-questions: only the first N")
+    parser.add_argument(
         "--barge-in", type=int, metavar="N", help="N calls that interrupt a long answer (SIP)"
     )
     parser.add_argument(
@@ -471,7 +439,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from loadtest.voice_report import stage_breakdown, summarize, turns_of
+    from loadtest.voice_report import judge_topics, reply_asr, stage_breakdown, summarize, turns_of
 
     questions = load_questions(args.questions) * max(1, args.repeat)
     scripts = chunk_scripts(
@@ -491,15 +459,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         heard = asyncio.run(
             run_webrtc(target, scripts, concurrency=args.concurrency, config_path=args.config)
         )
+    lang = getattr(args, "lang", "en")
     asr = None
     if not args.no_asr:
-        from kefu.ai_bridge.listen.asr.whisper import WhisperAsr
-
-        asr = WhisperAsr()
+        asr = reply_asr(lang)
     turns = turns_of(heard, out_dir, asr)
+    if lang == "zh" and asr is not None:
+        from loadtest.understanding import kb_entries
+
+        judge_topics(turns, kb_entries())
     summary: dict[str, Any] = {
         "target": target,
         "transport": "sip" if target.startswith("sip:") else "webrtc",
+        "lang": lang,
         "concurrency": args.concurrency,
         "calls": len(scripts),
         "failed_calls": [{"call": i, "error": h.error} for i, h in enumerate(heard) if not h.ok],
@@ -507,27 +479,33 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         **summarize(turns),
     }
     if args.interaction_log:
-        summary["stages_ms"] = stage_breakdown(args.interaction_log, turns)
+        summary["stages_ms"] = stage_breakdown(args.interaction_log, turns, lang=lang)
     summary["turn_records"] = turns
     return summary
 
 
 def _write(summary: dict[str, Any], out: str | None) -> None:
-    text = json.dumps(summary, indent=2, default=str)
+    text = json.dumps(summary, indent=2, default=str, ensure_ascii=False)
     if out:
-        Path(out).write_text(text + "\n")
+        Path(out).write_text(text + "\n", encoding="utf-8")
     brief = {k: v for k, v in summary.items() if k not in ("rows", "turn_records")}
-    sys.stdout.write(json.dumps(brief, indent=2, default=str) + "\n")
+    sys.stdout.write(json.dumps(brief, indent=2, default=str, ensure_ascii=False) + "\n")
 
 
 def main(args: argparse.Namespace) -> int:
     from loadtest.voice_report import barge_in_report, turns_of, wer_report
 
     if args.make_questions:
-        qs = make_questions(args.make_questions)
-        sys.stdout.write(json.dumps({"questions": len(qs), "dir": args.make_questions}) + "\n")
+        qs = make_questions(args.make_questions, args.limit, lang=args.lang, split=args.split)
+        made = {"questions": len(qs), "dir": args.make_questions, "lang": args.lang}
+        sys.stdout.write(json.dumps(made) + "\n")
         return 0
     if args.wer:
+        if args.lang != "en":
+            sys.stderr.write(
+                "voice: --wer is English only (Mandarin: python -m loadtest mandarin)\n"
+            )
+            return 2
         from kefu.ai_bridge.listen.asr.whisper import WhisperAsr
 
         summary = wer_report(load_questions(args.questions), WhisperAsr())

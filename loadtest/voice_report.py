@@ -1,17 +1,26 @@
 """Reports of ``python -m loadtest voice``: latency per turn, stage breakdown from kefu's
-interaction log, barge-in stop times on the wire, and Whisper's WER clean and over G.711."""
+interaction log, barge-in stop times on the wire, and Whisper's WER clean and over G.711.
+
+Replies are transcribed with the English Whisper (``--lang en``, the whole reply at once) or,
+for Mandarin callers (``--lang zh``), with kefu's multilingual Whisper forced to Mandarin
+(Simplified), utterance by utterance (:class:`UtteranceAsr`); Mandarin turns are then judged
+on topic against the expected knowledge-base answer (:func:`judge_topics`, the rule in
+:mod:`loadtest.voice_questions`)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from loadtest.pcap import g711_decode, write_wav
-from loadtest.voice import ASR_RATE, SIP_RATE, Heard, Question, _resample
+from loadtest.voice import SIP_RATE, Heard, _resample
+from loadtest.voice_questions import ASR_RATE, VOICED_RMS, Question, on_topic, similarity
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -24,7 +33,7 @@ def turns_of(heard: Sequence[Heard], out_dir: Path | None, asr: Any = None) -> l
     for c, h in enumerate(heard):
         placed = h.script.placed
         for k, pl in enumerate(placed):
-            end = h.speech_ends[k]
+            end, begun = h.speech_ends[k], h.speech_starts[k]
             nxt = h.speech_starts[k + 1] if k + 1 < len(placed) else None
             first = h.first_voiced_after(end) if end is not None else None
             if first is not None and nxt is not None and first >= nxt:
@@ -39,11 +48,10 @@ def turns_of(heard: Sequence[Heard], out_dir: Path | None, asr: Any = None) -> l
                 if first is None or end is None
                 else round((first - end) * 1000, 1),
                 # The bot still talking when the question began: a barge-in, not a clean turn.
-                "overlapped": bool(
-                    h.speech_starts[k] is not None
-                    and h.voiced_within(h.speech_starts[k] - 0.2, h.speech_starts[k])
-                ),
+                "overlapped": bool(begun is not None and h.voiced_within(begun - 0.2, begun)),
             }
+            if pl.question.expect:
+                rec["expect"] = list(pl.question.expect)
             if end is not None:
                 stop = nxt if nxt is not None else end + 30.0
                 reply = h.reply_between(end, stop)
@@ -57,12 +65,84 @@ def turns_of(heard: Sequence[Heard], out_dir: Path | None, asr: Any = None) -> l
     return turns
 
 
-def stage_breakdown(log_path: str | Path, turns: list[dict[str, Any]]) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class Said:
+    text: str
+
+
+def utterances(pcm: NDArray[Any], rate: int, *, pause_s: float = 0.6) -> list[NDArray[Any]]:
+    """The voiced stretches of ``pcm`` (20 ms frames at or above ``VOICED_RMS``), split at
+    pauses of ``pause_s`` or more."""
+    frame = rate // 50
+    n = len(pcm) // frame
+    if n == 0:
+        return []
+    rms = np.sqrt(np.mean(pcm[: n * frame].astype(np.float64).reshape(n, frame) ** 2, axis=1))
+    voiced = np.flatnonzero(rms >= VOICED_RMS)
+    if voiced.size == 0:
+        return []
+    breaks = np.flatnonzero(np.diff(voiced) > int(pause_s * 50))
+    starts = np.concatenate(([voiced[0]], voiced[breaks + 1]))
+    ends = np.concatenate((voiced[breaks], [voiced[-1]])) + 1
+    return [pcm[a * frame : b * frame] for a, b in zip(starts, ends, strict=True)]
+
+
+class UtteranceAsr:
+    """An ASR in one language, fed a reply one voiced stretch at a time: Whisper base stops
+    early on a long recording with pauses, and guesses over seconds of silence."""
+
+    def __init__(self, asr: Any, language: str) -> None:
+        self.asr, self.language = asr, language
+
+    def transcribe_sync(self, pcm16k: NDArray[Any]) -> Said:
+        texts = [
+            self.asr.transcribe_sync(piece, self.language).text
+            for piece in utterances(pcm16k, ASR_RATE)
+        ]
+        return Said(("" if self.language == "zh" else " ").join(t for t in texts if t))
+
+
+def reply_asr(lang: str) -> Any:
+    """What transcribes kefu's replies: the English Whisper, or for ``zh`` the multilingual
+    one forced to Mandarin, utterance by utterance."""
+    if lang != "zh":
+        from kefu.ai_bridge.listen.asr.whisper import WhisperAsr
+
+        return WhisperAsr()
+    from kefu.ai_bridge.listen.asr.whisper_multi import MultilingualWhisperAsr
+
+    multi = MultilingualWhisperAsr()
+    if not multi.ready:
+        raise SystemExit(f"voice: multilingual Whisper not loaded: {multi.error}")
+    return UtteranceAsr(multi, "zh")
+
+
+def judge_topics(turns: list[dict[str, Any]], entries: Mapping[str, Any]) -> None:
+    """Add ``on_topic`` (see :func:`loadtest.voice_questions.on_topic`; no reply heard is
+    off topic) and ``topic_similarity`` (to the expected answer) to the turns that expect
+    an answer."""
+    for rec in turns:
+        expect = rec.get("expect")
+        if not expect:
+            continue
+        said = rec.get("reply_text", "")
+        rec["on_topic"] = on_topic(said, expect, entries)
+        if expect[0] in entries:
+            rec["topic_similarity"] = round(similarity(said, entries[expect[0]].answer), 2)
+
+
+def stage_breakdown(
+    log_path: str | Path, turns: list[dict[str, Any]], *, lang: str = "en"
+) -> dict[str, Any]:
     """Percentiles of each TurnTrace stage over the interaction log's caller turns, and the
     trace matched to each turn: the one whose speech end (kefu's loop clock, which is this
     host's monotonic clock) is nearest after the turn's wire speech end; ``vad_lag_ms`` is
-    how much later kefu marked the end than the wire showed it."""
-    from kefu.ai_bridge.listen.heldout import wer
+    how much later kefu marked the end than the wire showed it. kefu's transcript is scored
+    against the question's text by WER (``transcript_wer``), for ``zh`` by CER
+    (``transcript_cer``)."""
+    from kefu.ai_bridge.listen.heldout import cer, wer
+
+    score, score_key = (cer, "transcript_cer") if lang == "zh" else (wer, "transcript_wer")
 
     path = Path(log_path)
     if not path.exists():
@@ -86,7 +166,7 @@ def stage_breakdown(log_path: str | Path, turns: list[dict[str, Any]]) -> dict[s
             lags.append(round(lag * 1000, 1))
             rec["trace"] = {
                 "vad_lag_ms": lags[-1],
-                "transcript_wer": round(wer(rec["ref"], best.get("transcript", "")), 2)
+                score_key: round(score(rec["ref"], best.get("transcript", "")), 2)
                 if rec["ref"]
                 else None,
                 "transcript": best.get("transcript"),
@@ -101,7 +181,7 @@ def stage_breakdown(log_path: str | Path, turns: list[dict[str, Any]]) -> dict[s
 
 def summarize(turns: list[dict[str, Any]]) -> dict[str, Any]:
     clean = [t["latency_ms"] for t in turns if t["latency_ms"] is not None and not t["overlapped"]]
-    return {
+    out: dict[str, Any] = {
         "turns": len(turns),
         "answered": sum(t["latency_ms"] is not None for t in turns),
         "overlapped": sum(t["overlapped"] for t in turns),
@@ -109,6 +189,10 @@ def summarize(turns: list[dict[str, Any]]) -> dict[str, Any]:
         "p95_ms": percentile(clean, 95),
         "max_ms": max(clean) if clean else None,
     }
+    if any("on_topic" in t for t in turns):
+        out["on_topic"] = sum(t.get("on_topic") is True for t in turns)
+        out["topic_judged"] = sum(t.get("on_topic") is not None for t in turns)
+    return out
 
 
 def barge_in_report(heard: Sequence[Heard]) -> dict[str, Any]:
