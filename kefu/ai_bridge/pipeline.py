@@ -224,7 +224,10 @@ async def build_listener(
         recognizer = await loop.run_in_executor(None, PocketsphinxPartials)
     return Listener(
         asr,
-        config=EndpointConfig(end_silence_ms=settings.end_silence_ms),
+        config=EndpointConfig(
+            end_silence_ms=settings.end_silence_ms,
+            open_end_silence_ms=max(settings.end_silence_ms, settings.hesitation_silence_ms),
+        ),
         vad=vad,
         partials=recognizer if recognizer is not None and recognizer.ready else None,
         asr_language=ctx.lang,

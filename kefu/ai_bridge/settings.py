@@ -42,7 +42,10 @@ class AiSettings:
     """Deadline for the whole LLM answer."""
     end_silence_ms: int = 450
     """Silence that ends a caller's turn, counted from where the voice's energy fell (the
-    endpointer shortens it for complete questions)."""
+    end-of-turn cue shortens it for complete questions and statements: 200 / 300 ms)."""
+    hesitation_silence_ms: int = 1200
+    """Silence that ends the turn of a caller who stopped mid-sentence (a trailing "um",
+    "about", a number being read out: kefu/ai_bridge/listen/turn_end.py)."""
     barge_in: bool = True
     """Let the caller interrupt the bot."""
     barge_in_min_ms: int = 300

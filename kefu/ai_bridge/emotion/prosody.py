@@ -222,16 +222,39 @@ def _smoothed_semitones(f0: NDArray[np.float64], voiced: NDArray[np.bool_]) -> N
     return out
 
 
+def _speech_and_voicing(
+    ap: NDArray[np.float64], level: NDArray[np.float64]
+) -> tuple[NDArray[np.bool_], NDArray[np.bool_]]:
+    """Per frame: speech (above a gate set from the utterance's own levels) and voiced speech."""
+    peak = float(np.percentile(level, 95)) if len(level) else -120.0
+    floor = float(np.percentile(level, 10)) if len(level) else -120.0
+    gate = max(-60.0, min(peak - 25.0, floor + 6.0))
+    speech = level > gate
+    return speech, speech & (ap < _VOICED_APERIODICITY)
+
+
+def final_pitch_movement(pcm16k: NDArray[np.int16], tail_s: float = 0.25) -> float | None:
+    """How far the pitch of the last ``tail_s`` of voiced speech lies from the utterance's
+    median, in semitones: negative for the fall that ends a statement, positive for the rise
+    of a question or of a speaker who is going on ("the jacket, ..."). None when the audio
+    holds too little voicing to say (under ~0.3 s)."""
+    f0, ap, level = track_pitch(pcm16k)
+    _, voiced = _speech_and_voicing(ap, level)
+    voiced = _drop_short_runs(voiced, _MIN_VOICED_RUN)
+    tail = max(3, int(round(tail_s / FRAME_S)))
+    if voiced.sum() < 2 * tail:
+        return None
+    st = _smoothed_semitones(f0, voiced)
+    return float(np.median(st[-tail:]) - np.median(st))
+
+
 def measure(pcm16k: NDArray[np.int16], text: str = "", lang: str = "en") -> ProsodyFeatures:
     """The prosodic features of one utterance (16 kHz mono int16), with ``text`` for rate."""
     pcm = np.asarray(pcm16k)
     duration = len(pcm) / SAMPLE_RATE
     f0, ap, level = track_pitch(pcm)
     peak = float(np.percentile(level, 95)) if len(level) else -120.0
-    floor = float(np.percentile(level, 10)) if len(level) else -120.0
-    gate = max(-60.0, min(peak - 25.0, floor + 6.0))
-    speech = level > gate
-    voiced = speech & (ap < _VOICED_APERIODICITY)
+    speech, voiced = _speech_and_voicing(ap, level)
     speech_s = float(speech.sum()) * FRAME_S
     voiced_s = float(voiced.sum()) * FRAME_S
     f0_med: float | None = None

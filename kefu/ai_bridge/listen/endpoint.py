@@ -33,6 +33,7 @@ from numpy.typing import NDArray
 
 from kefu.errors import ConfigError, InvalidTransition
 
+from .turn_end import TurnCue
 from .vad import CHUNK_SAMPLES, SAMPLE_RATE, SileroVad
 
 __all__ = [
@@ -77,6 +78,12 @@ class EndpointConfig:
     """Silence that ends a turn."""
     semantic_end_silence_ms: int = 200
     """Silence that ends a turn once a semantic hook said the words so far are complete."""
+    statement_end_silence_ms: int = 300
+    """Silence that ends a turn once a semantic hook said the words read as a finished
+    statement, though the voice did not clearly fall (:mod:`.turn_end`)."""
+    open_end_silence_ms: int = 1200
+    """Silence that ends a turn once a semantic hook said the caller is mid-sentence (a
+    trailing "um", "about", a number being read out: :mod:`.turn_end`)."""
     speculate_after_ms: int = 96
     """Silence after which the audio so far is offered for speculative decoding."""
     resume_ms: int = 64
@@ -98,9 +105,19 @@ class EndpointConfig:
             raise ConfigError(
                 "need 0 < end_threshold <= start_threshold < 1", key="start_threshold"
             )
-        for key in ("min_speech_ms", "end_silence_ms", "semantic_end_silence_ms", "resume_ms"):
+        for key in (
+            "min_speech_ms",
+            "end_silence_ms",
+            "semantic_end_silence_ms",
+            "statement_end_silence_ms",
+            "resume_ms",
+        ):
             if getattr(self, key) <= 0:
                 raise ConfigError(f"{key} must be positive", key=key)
+        if self.open_end_silence_ms < self.end_silence_ms:
+            raise ConfigError(
+                "open_end_silence_ms must not be under end_silence_ms", key="open_end_silence_ms"
+            )
         if not 0 <= self.speculate_after_ms <= self.end_silence_ms:
             raise ConfigError(
                 "speculate_after_ms must lie in [0, end_silence_ms]", key="speculate_after_ms"
@@ -154,7 +171,8 @@ class TurnEnded:
     short: bool
     """Less than ``short_speech_ms`` of voice: likely a backchannel, not a barge-in."""
     reason: str
-    """``silence``, ``semantic`` or ``max_length``."""
+    """``silence``, ``semantic`` (a complete cue shortened the wait), ``hesitation`` (an open
+    cue lengthened it, and the caller still did not go on) or ``max_length``."""
     revision: int
     """Sample index of the end of speech (compare with :class:`VoicePaused`)."""
     audio: NDArray[np.int16] = field(repr=False, compare=False)
@@ -213,7 +231,7 @@ class Endpointer:
         self._peak_rms = 0.0  # loudest voiced chunk of the turn
         self._paused_sent = False
         self._paused_tail = 0  # tail chunks in the VoicePaused audio (TurnEnded reuses it)
-        self._complete_hint = False
+        self._cue = TurnCue.UNSURE
         self.last_probability = 0.0
 
     @property
@@ -243,14 +261,16 @@ class Endpointer:
             raise InvalidTransition("endpointer", self._state.value, event)
         self._state = nxt
 
-    def hint_complete(self, turn_id: int, complete: bool = True) -> None:
-        """Semantic hook: the words of ``turn_id`` so far form a complete request.
+    def hint(self, turn_id: int, cue: TurnCue) -> None:
+        """Semantic hook: what the words (and voice) of ``turn_id`` so far say.
 
-        The turn then ends after ``semantic_end_silence_ms`` instead of ``end_silence_ms``.
-        The hint is dropped as soon as the caller resumes speaking.
+        ``COMPLETE`` ends the turn after ``semantic_end_silence_ms``, ``STATEMENT`` after
+        ``statement_end_silence_ms``, ``OPEN`` after ``open_end_silence_ms``, ``UNSURE`` after
+        ``end_silence_ms``. The cue is dropped as
+        soon as the caller resumes speaking.
         """
         if self.in_turn and turn_id == self._turn_id:
-            self._complete_hint = complete
+            self._cue = cue
 
     def feed(self, pcm16k: NDArray[np.int16], now: float) -> list[EndpointEvent]:
         """Consume audio whose last sample arrived at ``now``; returns the events it caused."""
@@ -279,7 +299,7 @@ class Endpointer:
         if deadline is None or now < deadline:
             return []
         events: list[EndpointEvent] = []
-        self._end_turn(now, "semantic" if self._complete_hint else "silence", events)
+        self._end_turn(now, self._silence_reason(), events)
         return events
 
     def reset(self) -> None:
@@ -293,12 +313,19 @@ class Endpointer:
     # -- internals -------------------------------------------------------------------------
 
     def _end_silence_s(self) -> float:
-        ms = (
-            self.config.semantic_end_silence_ms
-            if self._complete_hint
-            else self.config.end_silence_ms
-        )
-        return ms / 1000
+        cfg = self.config
+        if self._cue is TurnCue.COMPLETE:
+            return cfg.semantic_end_silence_ms / 1000
+        if self._cue is TurnCue.STATEMENT:
+            return cfg.statement_end_silence_ms / 1000
+        if self._cue is TurnCue.OPEN:
+            return cfg.open_end_silence_ms / 1000
+        return cfg.end_silence_ms / 1000
+
+    def _silence_reason(self) -> str:
+        if self._cue in (TurnCue.COMPLETE, TurnCue.STATEMENT):
+            return "semantic"
+        return "hesitation" if self._cue is TurnCue.OPEN else "silence"
 
     def _step(self, chunk: NDArray[np.int16], t_end: float, events: list[EndpointEvent]) -> None:
         cfg = self.config
@@ -352,7 +379,7 @@ class Endpointer:
             self._voiced_run += 1
             if self._voiced_run * _CHUNK_S * 1000 >= cfg.resume_ms:
                 self._go("resumed")
-                self._complete_hint = False
+                self._cue = TurnCue.UNSURE
                 self._voiced_total += self._voiced_run
                 self._mark_speech_end(t_end)
                 events.append(VoiceResumed(self._turn_id, t_end - self._voiced_run * _CHUNK_S))
@@ -396,7 +423,7 @@ class Endpointer:
         self._go("opened")
         self._turn_id += 1
         self._voiced_total = self._voiced_run
-        self._complete_hint = False
+        self._cue = TurnCue.UNSURE
         self._peak_rms = max(_rms(c) for c in self._chunks[self._voice_start_chunk :])
         self._mark_speech_end(t_end)
         events.append(
@@ -422,7 +449,7 @@ class Endpointer:
             audio, revision = self._utterance()
             events.append(VoicePaused(self._turn_id, self._speech_end_at, revision, audio))
         if silence_s + 1e-6 >= self._end_silence_s():
-            self._end_turn(t_end, "semantic" if self._complete_hint else "silence", events)
+            self._end_turn(t_end, self._silence_reason(), events)
 
     def _end_turn(self, at: float, reason: str, events: list[EndpointEvent]) -> None:
         audio, revision = self._utterance()
@@ -437,4 +464,4 @@ class Endpointer:
         )
         self._chunks = []
         self._pre_roll.clear()
-        self._complete_hint = False
+        self._cue = TurnCue.UNSURE

@@ -4,8 +4,9 @@ Speculative decoding: the endpointer offers the utterance after ~0.1 s of silenc
 (:class:`VoicePaused`); we start the ASR then, while the caller may still resume. If they do,
 the result is discarded; if the turn ends with the same audio (same ``revision``), the
 speculative result *is* the final, so the transcript lands at (or within a few ms of) the end
-of turn instead of one decode later. A punctuated speculative result that reads as complete
-is also the semantic end-of-turn hint, which shortens the silence wait.
+of turn instead of one decode later. The speculative result, with the turn's audio, is also
+the semantic end-of-turn cue (:mod:`.turn_end`): a finished question or statement shortens
+the silence wait, a caller who stopped mid-sentence gets a longer one.
 
 Threading: ``feed`` runs on the event loop (VAD is ~0.2 ms per 32 ms chunk); pocketsphinx
 partials and ASR run in executors, so the loop never blocks on inference.
@@ -35,7 +36,6 @@ from numpy.typing import NDArray
 
 from ..lane import Lane
 from .asr.base import AsrEngine, AsrResult, PartialRecognizer
-from .asr.partials import looks_complete
 from .asr.schedule import DecodeTicket
 from .endpoint import (
     EndpointConfig,
@@ -47,6 +47,10 @@ from .endpoint import (
     VoiceResumed,
     VoiceStarted,
 )
+from .turn_end import TurnJudgement, judge_turn
+
+Judge = Callable[[str, "NDArray[np.int16] | None"], TurnJudgement]
+"""Text and audio of a turn so far -> its end-of-turn cue (:func:`.turn_end.judge_turn`)."""
 
 __all__ = [
     "EndOfTurn",
@@ -150,7 +154,7 @@ class Listener:
         asr_language: str | None = None,
         hotwords: Sequence[str] = (),
         speculative: bool = True,
-        is_complete: Callable[[str], bool] | None = looks_complete,
+        judge: Judge | None = judge_turn,
         queue_size: int = 64,
         sustained_ms: int | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -163,7 +167,8 @@ class Listener:
         self.asr_language = asr_language
         self.hotwords: tuple[str, ...] = tuple(hotwords)
         self.speculative = speculative
-        self.is_complete = is_complete
+        self.judge = judge
+        """Runs off the event loop (it measures pitch); None: silence alone ends turns."""
         self.events: Lane[ListenEvent] = Lane(queue_size, is_control=is_control)
         """Control events (never dropped) and partial transcripts (at most ``queue_size``)."""
         self.sustained_s = None if sustained_ms is None else sustained_ms / 1000
@@ -176,6 +181,7 @@ class Listener:
         self._spec: tuple[int, int, asyncio.Task[AsrResult], DecodeTicket] | None = None
         """The speculative decode in flight: (turn, revision, its task, its ticket)."""
         self._finals: set[asyncio.Task[None]] = set()
+        self._judging: set[asyncio.Task[None]] = set()
         self._partials_exec = partials_executor
         self._partial_q: Lane[_PartialItem] = Lane(100, is_control=_is_turn_end)
         self._partial_task: asyncio.Task[None] | None = None
@@ -233,7 +239,7 @@ class Listener:
     async def close(self) -> None:
         """Cancel every decode and partial in flight; no events follow."""
         self._closed = True
-        tasks: list[asyncio.Task[Any]] = list(self._finals)
+        tasks: list[asyncio.Task[Any]] = [*self._finals, *self._judging]
         if self._spec is not None:
             tasks.append(self._spec[2])
         if self._partial_task is not None:
@@ -267,14 +273,39 @@ class Listener:
         self._cancel_spec()
         ticket = DecodeTicket(urgent=False)  # it waits behind every turn that has ended
         task = asyncio.get_running_loop().create_task(self._transcribe(ev.audio, ticket))
-        task.add_done_callback(functools.partial(self._on_spec_done, ev.turn_id))
+        task.add_done_callback(functools.partial(self._on_spec_done, ev))
         self._spec = (ev.turn_id, ev.revision, task, ticket)
 
-    def _on_spec_done(self, turn_id: int, task: asyncio.Task[AsrResult]) -> None:
-        if task.cancelled() or task.exception() is not None or self.is_complete is None:
+    def _on_spec_done(self, ev: VoicePaused, task: asyncio.Task[AsrResult]) -> None:
+        if task.cancelled() or task.exception() is not None or self.judge is None:
             return
-        if self.is_complete(task.result().text):
-            self.endpointer.hint_complete(turn_id)
+        if self._closed or not self._is_current(ev):
+            return
+        judging = asyncio.get_running_loop().create_task(self._judge(ev, task.result().text))
+        self._judging.add(judging)
+        judging.add_done_callback(self._judging.discard)
+
+    async def _judge(self, ev: VoicePaused, text: str) -> None:
+        judge = self.judge
+        if judge is None:
+            return
+        loop = asyncio.get_running_loop()
+        try:
+            verdict = await loop.run_in_executor(None, judge, text, ev.audio)
+        except Exception as exc:  # a failed judgement leaves the plain silence wait
+            self._log.warning("turn_cue_failed", turn_id=ev.turn_id, error=str(exc))
+            return
+        if not self._is_current(ev):
+            return  # the caller went on meanwhile: this audio is no longer the turn
+        self._log.debug(
+            "turn_cue", turn_id=ev.turn_id, cue=verdict.cue.value, why=verdict.why,
+            pitch_st=None if verdict.pitch_st is None else round(verdict.pitch_st, 2),
+        )  # fmt: skip
+        self.endpointer.hint(ev.turn_id, verdict.cue)
+
+    def _is_current(self, ev: VoicePaused) -> bool:
+        spec = self._spec
+        return spec is not None and spec[0] == ev.turn_id and spec[1] == ev.revision
 
     def _cancel_spec(self) -> None:
         if self._spec is not None:

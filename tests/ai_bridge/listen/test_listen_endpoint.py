@@ -13,6 +13,7 @@ from kefu.ai_bridge.listen.endpoint import (
     VoiceResumed,
     VoiceStarted,
 )
+from kefu.ai_bridge.listen.turn_end import TurnCue
 from kefu.errors import ConfigError
 
 
@@ -158,7 +159,7 @@ def test_semantic_hint_shortens_end_silence() -> None:
     ep, f = make()
     f.feed(tone(1.0))
     f.feed(silence(0.1))
-    ep.hint_complete(ep.turn_id)
+    ep.hint(ep.turn_id, TurnCue.COMPLETE)
     f.feed(silence(0.5))
     end = [e for e in f.events if isinstance(e, TurnEnded)][0]
     assert end.reason == "semantic"
@@ -169,11 +170,35 @@ def test_hint_is_dropped_when_caller_resumes() -> None:
     ep, f = make()
     f.feed(tone(1.0))
     f.feed(silence(0.1))
-    ep.hint_complete(ep.turn_id)
+    ep.hint(ep.turn_id, TurnCue.COMPLETE)
     f.feed(tone(0.5))
     f.feed(silence(1.0))
     end = [e for e in f.events if isinstance(e, TurnEnded)][0]
     assert end.reason == "silence"
+
+
+def test_open_hint_waits_through_a_hesitation_then_ends_as_hesitation() -> None:
+    ep, f = make()
+    f.feed(tone(1.0))
+    f.feed(silence(0.1))
+    ep.hint(ep.turn_id, TurnCue.OPEN)
+    f.feed(silence(0.9))  # twice the plain 450 ms: the turn is still open
+    assert not [e for e in f.events if isinstance(e, TurnEnded)]
+    f.feed(tone(0.6))  # the caller goes on; the cue is dropped with the pause
+    f.feed(silence(0.6))
+    (end,) = [e for e in f.events if isinstance(e, TurnEnded)]
+    assert end.reason == "silence" and end.at - end.speech_end_at < 0.45 + 0.04
+
+
+def test_open_hint_ends_the_turn_after_the_long_wait() -> None:
+    ep, f = make()
+    f.feed(tone(1.0))
+    f.feed(silence(0.1))
+    ep.hint(ep.turn_id, TurnCue.OPEN)
+    f.feed(silence(1.5))
+    (end,) = [e for e in f.events if isinstance(e, TurnEnded)]
+    assert end.reason == "hesitation"
+    assert 1.2 - 0.04 < end.at - end.speech_end_at < 1.2 + 0.04
 
 
 def test_timer_ends_turn_when_audio_stops_arriving() -> None:

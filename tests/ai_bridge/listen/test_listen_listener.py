@@ -18,6 +18,7 @@ from kefu.ai_bridge.listen.listener import (
     SpeechStarted,
     SpeechSustained,
 )
+from kefu.ai_bridge.listen.turn_end import TurnCue, TurnJudgement
 
 
 class LevelVad:
@@ -85,7 +86,7 @@ def drain(listener: Listener) -> list[object]:
 
 async def test_speculative_final_lands_at_end_of_turn(whisper, speech) -> None:
     clock = FakeClock()
-    listener = Listener(whisper, clock=clock, is_complete=None, call_id="t1")
+    listener = Listener(whisper, clock=clock, judge=None, call_id="t1")
     try:
         await play(listener, clock, np.zeros(8000, np.int16))
         await play(listener, clock, speech)
@@ -162,7 +163,11 @@ async def test_final_without_speculation_decodes_after_end() -> None:
 
 async def test_semantic_hint_from_speculative_text_ends_turn_early() -> None:
     clock = FakeClock()
-    listener = Listener(FakeAsr(), vad=LevelVad(), clock=clock, is_complete=lambda text: True)
+
+    def complete(text: str, audio: object) -> TurnJudgement:
+        return TurnJudgement(TurnCue.COMPLETE, "test")
+
+    listener = Listener(FakeAsr(), vad=LevelVad(), clock=clock, judge=complete)
     await play(listener, clock, tone(1.0))
     for _ in range(40):
         await play(listener, clock, np.zeros(320, np.int16))

@@ -1,0 +1,167 @@
+"""Has the caller finished? The semantic end of turn, from what was said and how (sans-IO).
+
+The endpointer waits ``end_silence_ms`` (450 ms) of silence before it ends a turn. While it
+waits, the speculative transcript of the turn so far is ready (about 100-200 ms into the
+silence), and with it this judgement, one of three cues:
+
+* ``COMPLETE``: a question, a short answer ("yes", "no thanks"), or a statement whose last
+  word closes a phrase *and* whose pitch fell at the end (the final lowering of a finished
+  declarative) — the turn ends after ``semantic_end_silence_ms`` (200 ms).
+* ``STATEMENT``: a statement that reads finished (a full stop, three words or more, no open
+  last word) whose pitch neither clearly fell nor rose — ``statement_end_silence_ms``
+  (300 ms): people pause 200-300 ms between clauses, and Whisper puts a full stop after a
+  clause it heard alone.
+* ``OPEN``: the caller is mid-sentence: the words end on a filler ("um"), a word that needs
+  a continuation ("about", "the", "and", "my"), a trailing comma or ellipsis, or a number
+  being read out in groups ("my order number is 4 7 1") — the turn waits
+  ``open_end_silence_ms`` (1.2 s) so a hesitant caller is not cut off.
+* ``UNSURE``: anything else (a statement whose pitch stayed level or rose, as in a list
+  going on) keeps the plain ``end_silence_ms``.
+
+A wrong ``COMPLETE`` cuts the caller off, a wrong ``OPEN`` makes them wait 0.75 s longer, a
+wrong ``UNSURE`` costs nothing new: so ``COMPLETE`` needs the words and the voice to agree,
+and ``OPEN`` only the words. The pitch measure is a weak cue (measured on piper's voice, a
+comma and a full stop ending the same words differ by under 1 semitone on average), so it
+only promotes a statement to ``COMPLETE`` or, rising, vetoes it. Pitch is measured on the
+turn's last 3 s (:func:`kefu.ai_bridge.emotion.prosody.final_pitch_movement`), off the event
+loop.
+
+Mandarin's tones mask intonation, so Mandarin is judged on words alone: a question (mark or
+particle) is complete, a trailing continuation word is open.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import Enum
+
+import numpy as np
+from numpy.typing import NDArray
+
+from kefu.ai_bridge.emotion.prosody import final_pitch_movement
+
+from .asr.partials import ZH_CONTINUATIONS, looks_complete
+
+__all__ = ["TurnCue", "TurnJudgement", "judge_turn"]
+
+SAMPLE_RATE = 16000
+PITCH_WINDOW_S = 3.0
+"""Only the end of a long turn matters for its final pitch."""
+FALL_ST = -1.0
+"""A statement ends complete when its last 250 ms lie at least this far (semitones) under
+the turn's median pitch."""
+RISE_ST = 1.5
+"""Pitch this far above the median at the end: a question, or a caller going on."""
+
+FILLERS = frozenset("um umm uh uhh er erm hmm mm ah eh like".split())
+CLOSED_CLASS = frozenset(
+    (
+        "a an the and or but because if than my your our their his her its "
+        "i we you he she they i'm i'd i'll i've we're you're they're"
+    ).split()
+)
+"""Words no sentence, question or not, ends on: a caller who stops after them is pausing."""
+OPEN_WORDS = frozenset(
+    (
+        "to of for with from about into onto by is are was were am be been can could would "
+        "should will number like also plus just"
+    ).split()
+)
+"""Words a statement does not end on (a question may: "what is this for?")."""
+SHORT_ANSWERS = frozenset(
+    (
+        "yes yeah yep yup no nope nah sure okay ok alright right correct exactly thanks "
+        "thank you please fine great perfect bye goodbye hello hi"
+    ).split()
+)
+NUMBER_WORDS = frozenset(
+    "zero oh one two three four five six seven eight nine ten double triple".split()
+)
+NUMBER_CUES = ("number", "code", "postcode", "zip", "phone", "account", "reference", "order")
+_WORD = re.compile(r"[a-z0-9']+")
+_CJK = re.compile(r"[\u4e00-\u9fff]")
+
+
+class TurnCue(Enum):
+    COMPLETE = "complete"
+    STATEMENT = "statement"
+    OPEN = "open"
+    UNSURE = "unsure"
+
+
+@dataclass(frozen=True, slots=True)
+class TurnJudgement:
+    cue: TurnCue
+    why: str
+    """What decided it: ``question``, ``short_answer``, ``statement_fall``, ``trailing_word``,
+    ``trailing_mark``, ``reading_number``, ``pitch_level``, ``pitch_rise``, ``empty``..."""
+    pitch_st: float | None = None
+    """The final pitch movement measured (semitones), None when not measured."""
+
+
+def judge_turn(text: str, audio: NDArray[np.int16] | None = None) -> TurnJudgement:
+    """The cue for a turn whose words so far are ``text`` and whose audio (16 kHz) is
+    ``audio`` (None: judge on words alone)."""
+    stripped = text.strip()
+    if not stripped:
+        return TurnJudgement(TurnCue.UNSURE, "empty")
+    if _CJK.search(stripped):
+        return _judge_zh(stripped)
+    words = _WORD.findall(stripped.lower())
+    if not words:
+        return TurnJudgement(TurnCue.UNSURE, "no_words")
+    if stripped.endswith(("...", "…", ",", "-", "—", ";", ":")):
+        return TurnJudgement(TurnCue.OPEN, "trailing_mark")
+    if words[-1] in FILLERS or words[-1] in CLOSED_CLASS:
+        return TurnJudgement(TurnCue.OPEN, "trailing_word")
+    if _reading_number(words):
+        return TurnJudgement(TurnCue.OPEN, "reading_number")
+    if stripped.endswith("?") and len(words) >= 2:
+        return TurnJudgement(TurnCue.COMPLETE, "question")
+    if words[-1] in OPEN_WORDS:
+        return TurnJudgement(TurnCue.OPEN, "trailing_word")
+    if looks_complete(stripped):
+        return TurnJudgement(TurnCue.COMPLETE, "question")
+    pitch = _final_pitch(audio)
+    short = len(words) <= 3 and all(w in SHORT_ANSWERS for w in words)
+    if short:
+        if pitch is not None and pitch >= RISE_ST:
+            return TurnJudgement(TurnCue.UNSURE, "pitch_rise", pitch)
+        return TurnJudgement(TurnCue.COMPLETE, "short_answer", pitch)
+    if not stripped.endswith((".", "!")) or len(words) < 3:
+        return TurnJudgement(TurnCue.UNSURE, "no_full_stop", pitch)
+    if pitch is not None and pitch >= RISE_ST:
+        return TurnJudgement(TurnCue.UNSURE, "pitch_rise", pitch)
+    if pitch is not None and pitch <= FALL_ST:
+        return TurnJudgement(TurnCue.COMPLETE, "statement_fall", pitch)
+    return TurnJudgement(TurnCue.STATEMENT, "statement", pitch)
+
+
+def _reading_number(words: list[str]) -> bool:
+    """The words end on digits or number words read out after a cue like "order number"."""
+    tail = 0
+    for word in reversed(words):
+        if word.isdigit() or word in NUMBER_WORDS:
+            tail += 1
+        else:
+            break
+    if tail == 0:
+        return False
+    before = words[max(0, len(words) - tail - 4) : len(words) - tail]
+    return any(cue in w for w in before for cue in NUMBER_CUES)
+
+
+def _final_pitch(audio: NDArray[np.int16] | None) -> float | None:
+    if audio is None or audio.size == 0:
+        return None
+    return final_pitch_movement(audio[-int(PITCH_WINDOW_S * SAMPLE_RATE) :])
+
+
+def _judge_zh(text: str) -> TurnJudgement:
+    body = text.rstrip("？?。！!，,、 ")
+    if text.rstrip().endswith(("，", ",", "、", "…")) or body.endswith(ZH_CONTINUATIONS):
+        return TurnJudgement(TurnCue.OPEN, "trailing_word")
+    if looks_complete(text):
+        return TurnJudgement(TurnCue.COMPLETE, "question")
+    return TurnJudgement(TurnCue.UNSURE, "zh_statement")
