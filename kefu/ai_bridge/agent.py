@@ -381,6 +381,7 @@ class CallAgent:
         marks = self.tracer.marks(ev.turn_id)
         marks.speech_end = ev.speech_end_at
         marks.end_of_turn = ev.at
+        marks.end_reason = ev.reason
 
     def _act(self, action: FloorAction, turn_id: int = 0, at: float = 0.0) -> None:
         """Carry out what the floor table says (before it moves)."""

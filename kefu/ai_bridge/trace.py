@@ -113,6 +113,10 @@ class TurnTrace:
     escalation: str = ""
     """Why this turn handed the call to a human (``negative_emotion``, ``failed_answers``,
     ``explicit_request``), "" when it did not."""
+    end_reason: str = ""
+    """What ended the caller's turn: ``silence`` (the plain wait), ``semantic`` (the words,
+    and voice, said it was complete), ``hesitation`` (they said it was not, and the longer
+    wait ran out) or ``max_length`` (kefu/ai_bridge/listen/turn_end.py)."""
 
     def stage(self, name: str) -> float | None:
         """Seconds spent in a stage of :data:`STAGES`, or None if a mark is missing."""
@@ -269,6 +273,7 @@ class _Marks:
         "caller_emotion",
         "decode_ms",
         "end_of_turn",
+        "end_reason",
         "escalation",
         "first_packet",
         "first_tts_audio",
@@ -298,6 +303,7 @@ class _Marks:
         self.caller_emotion: EmotionReading | None = None
         self.reply_emotion = "neutral"
         self.escalation = ""
+        self.end_reason = ""
 
 
 class TurnTracer:
@@ -359,6 +365,7 @@ class TurnTracer:
             m.caller_emotion,
             m.reply_emotion,
             m.escalation,
+            m.end_reason,
         )
         self.traces.append(trace)
         stages = trace.stages_ms()
@@ -369,6 +376,7 @@ class TurnTracer:
             intent=trace.intent,
             barge_in=barge_in,
             speculative=trace.speculative,
+            end_reason=trace.end_reason,
             **{f"{k}_ms": v for k, v in stages.items()},
         )
         if self.publish is not None:

@@ -78,6 +78,9 @@ async def test_text_only_pipeline_answers_in_text_without_audio(
     assert "monday" in answer.text.lower()
     trace = await call.bus.wait(TurnTrace, lambda e: e.turn_id == 1, 10)
     assert trace.source == "kb" and trace.first_tts_audio is None
+    # a finished question: never held as a hesitation (semantic when the speculative
+    # transcript was ready within the silence, else the plain wait)
+    assert trace.end_reason in ("semantic", "silence"), trace.end_reason
     assert not call.sender.speech_frames_after(0)  # not a sample of bot audio
 
 
