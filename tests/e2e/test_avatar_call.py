@@ -7,8 +7,10 @@ One ``kefu serve`` for the module (its models load once). Checked where the call
   hears (the lip-sync offset measured on the received video and on the weights), and the
   weights stream beside it;
 * Chromium on the caller page (``?avatar=video``) decodes the video at >= 25 fps and shows a
-  face (a screenshot of the media box); with ``?avatar=weights`` it draws the face on its
-  canvas from the weights and receives no video at all.
+  face (a screenshot of the media box) — or, where kefu announced that it stepped down to
+  weights on a loaded box (``avatar.quality``), draws the face from the weights instead;
+  with ``?avatar=weights`` it draws the face on its canvas from the weights and receives no
+  video at all.
 
 Run inside a private network namespace:
 ``unshare -n sh -c 'ip link set lo up && KEFU_NETNS=1 python3 -m pytest tests/e2e -q'``.
@@ -30,6 +32,7 @@ from conftest import KefuProcess, start_kefu
 
 from kefu.ai_bridge.avatar.render import probe
 from loadtest.avatar_sync import lipsync_offset, read_heard, video_mouth
+from loadtest.events_reader import EventsReader
 from loadtest.pcap import write_wav
 from loadtest.video_record import read_y4m
 from loadtest.webrtc import run_call
@@ -142,9 +145,29 @@ def test_the_caller_page_shows_the_avatar_video_or_draws_it_from_weights(
         assert one["state"] == "in-call", one
         return one, shot
 
-    seen, shot = caller("video", videoMs=3000)
-    assert seen["videoFps"] is not None and seen["videoFps"] >= 25.0, seen["videoFps"]
-    _assert_face(shot)
+    with EventsReader(kefu.http, secret) as events:
+        seen, shot = caller("video", videoMs=3000)
+    steps = [
+        e
+        for e in events.events
+        if e.get("type") == "avatar.quality" and e.get("call_id") == "room:avatar-video"
+    ]
+    level = steps[-1]["level"] if steps else None
+    shown = seen["avatar"]["show"]
+    if level is None:
+        # nothing stepped down: the page decoded the rendered video at the rate asked
+        why = (seen["videoFps"], seen["avatar"], _avatar_log(kefu))
+        assert seen["videoFps"] is not None and seen["videoFps"] >= 25.0, why
+        assert shown == "video", why
+    elif level in ("720p", "512"):
+        assert seen["videoFps"], (seen["videoFps"], steps)  # smaller, still video
+        assert shown == "video", (seen["avatar"], steps)
+    else:
+        # a loaded box: kefu said it stopped the video, and why; the page draws from weights
+        assert steps[-1]["reason"] in ("frames_skipped", "render_slow", "loop_lag"), steps
+        assert shown == ("canvas" if level == "weights" else "none"), (seen["avatar"], steps)
+    if shown != "none":
+        _assert_face(shot)
 
     drawn, shot = caller("weights")
     inbound = drawn["stats"]["inbound"]
@@ -153,6 +176,12 @@ def test_the_caller_page_shows_the_avatar_video_or_draws_it_from_weights(
     assert avatar["mode"] == "weights" and avatar["show"] == "canvas", avatar
     assert avatar["meshReady"] and avatar["frames"] > 60, avatar  # weights in, mesh loaded
     _assert_face(shot)
+
+
+def _avatar_log(kefu: KefuProcess) -> list[str]:
+    """kefu's log lines about the avatar and renegotiation (the last 20), for a failure."""
+    lines = kefu.log_path.read_text(errors="replace").splitlines()
+    return [ln[:300] for ln in lines if "avatar" in ln or "renegotiat" in ln][-20:]
 
 
 def _assert_face(png: Path) -> None:
