@@ -134,8 +134,11 @@ def main(argv: list[str] | None = None) -> int:
         sub.add_parser("flood", help="INVITE/garbage floods: legit calls and OPTIONS answered")
     )
 
-    from loadtest import mandarin_eval, understanding
+    from loadtest import hesitation, mandarin_eval, understanding
 
+    hesitation.add_arguments(
+        sub.add_parser("hesitation", help="end of turn: hesitant callers cut off, delays")
+    )
     mandarin_eval.add_arguments(
         sub.add_parser("mandarin", help="Mandarin CER, answers and language ID (G.711)")
     )
@@ -187,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
         return understanding.main(args)
     if args.command == "mandarin":
         return mandarin_eval.main(args)
+    if args.command == "hesitation":
+        return hesitation.main(args)
     if args.command == "webrtc":
         return webrtc.main(args)
     if args.command == "agent":

@@ -43,7 +43,7 @@ class AiSettings:
     end_silence_ms: int = 450
     """Silence that ends a caller's turn, counted from where the voice's energy fell (the
     end-of-turn cue shortens it for complete questions and statements: 200 / 300 ms)."""
-    hesitation_silence_ms: int = 1200
+    hesitation_silence_ms: int = 1500
     """Silence that ends the turn of a caller who stopped mid-sentence (a trailing "um",
     "about", a number being read out: kefu/ai_bridge/listen/turn_end.py)."""
     barge_in: bool = True

@@ -81,7 +81,7 @@ class EndpointConfig:
     statement_end_silence_ms: int = 300
     """Silence that ends a turn once a semantic hook said the words read as a finished
     statement, though the voice did not clearly fall (:mod:`.turn_end`)."""
-    open_end_silence_ms: int = 1200
+    open_end_silence_ms: int = 1500
     """Silence that ends a turn once a semantic hook said the caller is mid-sentence (a
     trailing "um", "about", a number being read out: :mod:`.turn_end`)."""
     speculate_after_ms: int = 96

@@ -4,25 +4,25 @@ The endpointer waits ``end_silence_ms`` (450 ms) of silence before it ends a tur
 waits, the speculative transcript of the turn so far is ready (about 100-200 ms into the
 silence), and with it this judgement, one of three cues:
 
-* ``COMPLETE``: a question, a short answer ("yes", "no thanks"), or a statement whose last
-  word closes a phrase *and* whose pitch fell at the end (the final lowering of a finished
-  declarative) — the turn ends after ``semantic_end_silence_ms`` (200 ms).
-* ``STATEMENT``: a statement that reads finished (a full stop, three words or more, no open
-  last word) whose pitch neither clearly fell nor rose — ``statement_end_silence_ms``
-  (300 ms): people pause 200-300 ms between clauses, and Whisper puts a full stop after a
-  clause it heard alone.
+* ``COMPLETE``: a question — the turn ends after ``semantic_end_silence_ms`` (200 ms).
+* ``STATEMENT``: a short answer ("yes", "no thanks") or a statement that reads finished (a
+  full stop, three words or more, no open last word) and whose pitch did not rise at the
+  end — ``statement_end_silence_ms`` (300 ms), not 200: people pause 200-300 ms between
+  clauses ("Yeah, so basically..."), and Whisper puts a full stop after a clause it heard
+  alone.
 * ``OPEN``: the caller is mid-sentence: the words end on a filler ("um"), a word that needs
   a continuation ("about", "the", "and", "my"), a trailing comma or ellipsis, or a number
-  being read out in groups ("my order number is 4 7 1") — the turn waits
-  ``open_end_silence_ms`` (1.2 s) so a hesitant caller is not cut off.
+  or code being read out in groups ("my order number is 4 7 1", "it's 555", "SW1A") — the
+  turn waits ``open_end_silence_ms`` (1.5 s) so a hesitant caller is not cut off.
 * ``UNSURE``: anything else (a statement whose pitch stayed level or rose, as in a list
   going on) keeps the plain ``end_silence_ms``.
 
 A wrong ``COMPLETE`` cuts the caller off, a wrong ``OPEN`` makes them wait 0.75 s longer, a
 wrong ``UNSURE`` costs nothing new: so ``COMPLETE`` needs the words and the voice to agree,
-and ``OPEN`` only the words. The pitch measure is a weak cue (measured on piper's voice, a
-comma and a full stop ending the same words differ by under 1 semitone on average), so it
-only promotes a statement to ``COMPLETE`` or, rising, vetoes it. Pitch is measured on the
+and ``OPEN`` only the words. The pitch measure is a weak cue: on piper's voice, fragments
+that end on a comma fall as far as finished sentences (-2.4 semitones on average, the
+hesitation set of ``python -m loadtest hesitation``), so a fall promotes nothing; a rise
+only vetoes ``STATEMENT``. Pitch is measured on the
 turn's last 3 s (:func:`kefu.ai_bridge.emotion.prosody.final_pitch_movement`), off the event
 loop.
 
@@ -48,9 +48,6 @@ __all__ = ["TurnCue", "TurnJudgement", "judge_turn"]
 SAMPLE_RATE = 16000
 PITCH_WINDOW_S = 3.0
 """Only the end of a long turn matters for its final pitch."""
-FALL_ST = -1.0
-"""A statement ends complete when its last 250 ms lie at least this far (semitones) under
-the turn's median pitch."""
 RISE_ST = 1.5
 """Pitch this far above the median at the end: a question, or a caller going on."""
 
@@ -58,14 +55,15 @@ FILLERS = frozenset("um umm uh uhh er erm hmm mm ah eh like".split())
 CLOSED_CLASS = frozenset(
     (
         "a an the and or but because if than my your our their his her its "
-        "i we you he she they i'm i'd i'll i've we're you're they're"
+        "i we you he she they i'm i'd i'll i've we're you're they're "
+        "between among towards toward via per including except regarding whether"
     ).split()
 )
 """Words no sentence, question or not, ends on: a caller who stops after them is pausing."""
 OPEN_WORDS = frozenset(
     (
         "to of for with from about into onto by is are was were am be been can could would "
-        "should will number like also plus just"
+        "should will number like also plus just since until"
     ).split()
 )
 """Words a statement does not end on (a question may: "what is this for?")."""
@@ -78,7 +76,10 @@ SHORT_ANSWERS = frozenset(
 NUMBER_WORDS = frozenset(
     "zero oh one two three four five six seven eight nine ten double triple".split()
 )
-NUMBER_CUES = ("number", "code", "postcode", "zip", "phone", "account", "reference", "order")
+NUMBER_CUES = (
+    "number", "code", "postcode", "zip", "phone", "account", "reference", "order", "tracking",
+    "serial", "pin", "card",
+)  # fmt: skip
 _WORD = re.compile(r"[a-z0-9']+")
 _CJK = re.compile(r"[\u4e00-\u9fff]")
 
@@ -125,31 +126,30 @@ def judge_turn(text: str, audio: NDArray[np.int16] | None = None) -> TurnJudgeme
         return TurnJudgement(TurnCue.COMPLETE, "question")
     pitch = _final_pitch(audio)
     short = len(words) <= 3 and all(w in SHORT_ANSWERS for w in words)
-    if short:
-        if pitch is not None and pitch >= RISE_ST:
-            return TurnJudgement(TurnCue.UNSURE, "pitch_rise", pitch)
-        return TurnJudgement(TurnCue.COMPLETE, "short_answer", pitch)
-    if not stripped.endswith((".", "!")) or len(words) < 3:
+    if not short and (not stripped.endswith((".", "!")) or len(words) < 3):
         return TurnJudgement(TurnCue.UNSURE, "no_full_stop", pitch)
     if pitch is not None and pitch >= RISE_ST:
         return TurnJudgement(TurnCue.UNSURE, "pitch_rise", pitch)
-    if pitch is not None and pitch <= FALL_ST:
-        return TurnJudgement(TurnCue.COMPLETE, "statement_fall", pitch)
-    return TurnJudgement(TurnCue.STATEMENT, "statement", pitch)
+    return TurnJudgement(TurnCue.STATEMENT, "short_answer" if short else "statement", pitch)
 
 
 def _reading_number(words: list[str]) -> bool:
-    """The words end on digits or number words read out after a cue like "order number"."""
-    tail = 0
+    """The words end on a number or code being read out: digits, number words or codes with
+    digits ("b7", "sw1a") after a cue like "order number", or, without a cue, a run of
+    digits that is no quantity (three or more digits, or several groups)."""
+    tail = digits = 0
     for word in reversed(words):
-        if word.isdigit() or word in NUMBER_WORDS:
+        if any(c.isdigit() for c in word) or word in NUMBER_WORDS:
+            tail += 1
+            digits += sum(c.isdigit() for c in word) or 1
+        elif len(word) == 1 and tail:  # a spelled letter inside a code: "a b 7"
             tail += 1
         else:
             break
     if tail == 0:
         return False
     before = words[max(0, len(words) - tail - 4) : len(words) - tail]
-    return any(cue in w for w in before for cue in NUMBER_CUES)
+    return any(cue in w for w in before for cue in NUMBER_CUES) or digits >= 3
 
 
 def _final_pitch(audio: NDArray[np.int16] | None) -> float | None:

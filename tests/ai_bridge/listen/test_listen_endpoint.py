@@ -182,7 +182,7 @@ def test_open_hint_waits_through_a_hesitation_then_ends_as_hesitation() -> None:
     f.feed(tone(1.0))
     f.feed(silence(0.1))
     ep.hint(ep.turn_id, TurnCue.OPEN)
-    f.feed(silence(0.9))  # twice the plain 450 ms: the turn is still open
+    f.feed(silence(1.2))  # over twice the plain 450 ms: the turn is still open
     assert not [e for e in f.events if isinstance(e, TurnEnded)]
     f.feed(tone(0.6))  # the caller goes on; the cue is dropped with the pause
     f.feed(silence(0.6))
@@ -195,10 +195,10 @@ def test_open_hint_ends_the_turn_after_the_long_wait() -> None:
     f.feed(tone(1.0))
     f.feed(silence(0.1))
     ep.hint(ep.turn_id, TurnCue.OPEN)
-    f.feed(silence(1.5))
+    f.feed(silence(2.0))
     (end,) = [e for e in f.events if isinstance(e, TurnEnded)]
     assert end.reason == "hesitation"
-    assert 1.2 - 0.04 < end.at - end.speech_end_at < 1.2 + 0.04
+    assert 1.5 - 0.04 < end.at - end.speech_end_at < 1.5 + 0.04
 
 
 def test_timer_ends_turn_when_audio_stops_arriving() -> None:

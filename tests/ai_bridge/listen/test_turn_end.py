@@ -34,11 +34,16 @@ def glide(seconds: float, f0_start: float, f0_end: float, *, tail_s: float = 0.4
         ("My order number is 4 7 1", TurnCue.OPEN),
         ("the reference is seven two nine", TurnCue.OPEN),
         ("I wanted to speak with", TurnCue.OPEN),
+        ("The tracking number is a B7.", TurnCue.OPEN),
+        ("It's 555", TurnCue.OPEN),
+        ("Could I split the bill between?", TurnCue.OPEN),
+        ("I bought 2.", TurnCue.STATEMENT),  # a quantity, not a number read out
         # finished: questions (a stranded preposition is fine with a question mark), answers
         ("Where is my parcel?", TurnCue.COMPLETE),
         ("What is this charge for?", TurnCue.COMPLETE),
-        ("Yes.", TurnCue.COMPLETE),
-        ("no thanks", TurnCue.COMPLETE),
+        ("Yes.", TurnCue.STATEMENT),
+        ("no thanks", TurnCue.STATEMENT),
+        ("I wanted to ask about that.", TurnCue.STATEMENT),
         # no full stop, or too short to call: the plain wait
         ("I bought a pair of shoes last week", TurnCue.UNSURE),
         ("Shoes.", TurnCue.UNSURE),
@@ -69,9 +74,10 @@ def test_final_pitch_movement_reads_a_fall_and_a_rise() -> None:
     assert final_pitch_movement(np.zeros(RATE, np.int16)) is None  # no voicing: no claim
 
 
-def test_pitch_promotes_or_vetoes_a_statement() -> None:
+def test_a_rising_pitch_vetoes_a_statement_and_a_fall_promotes_nothing() -> None:
     text = "The parcel never arrived."
-    assert judge_turn(text, glide(1.5, 160, 115)).cue is TurnCue.COMPLETE
+    # pieces of a sentence fall as far as finished ones (piper: -2.4 st both): no promotion
+    assert judge_turn(text, glide(1.5, 160, 115)).cue is TurnCue.STATEMENT
     assert judge_turn(text, glide(1.5, 160, 160)).cue is TurnCue.STATEMENT
     assert judge_turn(text, glide(1.5, 160, 220)).cue is TurnCue.UNSURE
     # a rising "yes" may be a question back: not cut short
