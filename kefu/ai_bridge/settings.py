@@ -42,7 +42,7 @@ class AiSettings:
     """Deadline for the whole LLM answer."""
     end_silence_ms: int = 450
     """Silence that ends a caller's turn, counted from where the voice's energy fell (the
-    end-of-turn cue shortens it for complete questions and statements: 200 / 300 ms)."""
+    end-of-turn cue shortens it for complete questions and statements: 200 / 350 ms)."""
     hesitation_silence_ms: int = 1500
     """Silence that ends the turn of a caller who stopped mid-sentence (a trailing "um",
     "about", a number being read out: kefu/ai_bridge/listen/turn_end.py)."""

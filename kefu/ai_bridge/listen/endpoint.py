@@ -78,7 +78,7 @@ class EndpointConfig:
     """Silence that ends a turn."""
     semantic_end_silence_ms: int = 200
     """Silence that ends a turn once a semantic hook said the words so far are complete."""
-    statement_end_silence_ms: int = 300
+    statement_end_silence_ms: int = 350
     """Silence that ends a turn once a semantic hook said the words read as a finished
     statement, though the voice did not clearly fall (:mod:`.turn_end`)."""
     open_end_silence_ms: int = 1500

@@ -7,9 +7,10 @@ silence), and with it this judgement, one of three cues:
 * ``COMPLETE``: a question — the turn ends after ``semantic_end_silence_ms`` (200 ms).
 * ``STATEMENT``: a short answer ("yes", "no thanks") or a statement that reads finished (a
   full stop, three words or more, no open last word) and whose pitch did not rise at the
-  end — ``statement_end_silence_ms`` (300 ms), not 200: people pause 200-300 ms between
-  clauses ("Yeah, so basically..."), and Whisper puts a full stop after a clause it heard
-  alone.
+  end — ``statement_end_silence_ms`` (350 ms), not 200: people pause between clauses
+  ("Yeah, so basically...", "I forgot my username, can you help me find it?": 180-390 ms in
+  piper's held-out questions, and 300 ms split one of them), and Whisper puts a full stop
+  after a clause it heard alone.
 * ``OPEN``: the caller is mid-sentence: the words end on a filler ("um"), a word that needs
   a continuation ("about", "the", "and", "my"), a trailing comma or ellipsis, or a number
   or code being read out in groups ("my order number is 4 7 1", "it's 555", "SW1A") — the

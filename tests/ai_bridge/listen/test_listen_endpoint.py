@@ -177,6 +177,17 @@ def test_hint_is_dropped_when_caller_resumes() -> None:
     assert end.reason == "silence"
 
 
+def test_statement_hint_ends_after_the_statement_wait() -> None:
+    ep, f = make()
+    f.feed(tone(1.0))
+    f.feed(silence(0.1))
+    ep.hint(ep.turn_id, TurnCue.STATEMENT)
+    f.feed(silence(0.6))
+    (end,) = [e for e in f.events if isinstance(e, TurnEnded)]
+    assert end.reason == "semantic"
+    assert 0.35 - 0.04 < end.at - end.speech_end_at < 0.35 + 0.04
+
+
 def test_open_hint_waits_through_a_hesitation_then_ends_as_hesitation() -> None:
     ep, f = make()
     f.feed(tone(1.0))
