@@ -11,27 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from loadtest.voice import VOICED_RMS
+from loadtest.voice_report import utterances
 
 __all__ = ["heard_text", "utterances"]
-
-
-def utterances(pcm: np.ndarray, rate: int, *, pause_s: float = 0.6) -> list[np.ndarray]:
-    """The voiced stretches of ``pcm`` (20 ms frames at or above ``VOICED_RMS``), split at
-    pauses of ``pause_s`` or more."""
-    frame = rate // 50
-    n = len(pcm) // frame
-    if n == 0:
-        return []
-    rms = np.sqrt(np.mean(pcm[: n * frame].astype(np.float64).reshape(n, frame) ** 2, axis=1))
-    voiced = np.flatnonzero(rms >= VOICED_RMS)
-    if voiced.size == 0:
-        return []
-    gap = int(pause_s * 50)
-    breaks = np.flatnonzero(np.diff(voiced) > gap)
-    starts = np.concatenate(([voiced[0]], voiced[breaks + 1]))
-    ends = np.concatenate((voiced[breaks], [voiced[-1]])) + 1
-    return [pcm[a * frame : b * frame] for a, b in zip(starts, ends, strict=True)]
 
 
 def heard_text(asr: Any, pcm: np.ndarray, rate: int) -> str:
