@@ -55,8 +55,8 @@ RISE_ST = 1.5
 FILLERS = frozenset("um umm uh uhh er erm hmm mm ah eh like".split())
 CLOSED_CLASS = frozenset(
     (
-        "a an the and or but because if than my your our their his her its "
-        "i we you he she they i'm i'd i'll i've we're you're they're "
+        "a an the and or but because if than my your our their his its "
+        "i we he she they i'm i'd i'll i've we're you're they're "
         "between among towards toward via per including except regarding whether"
     ).split()
 )
@@ -96,8 +96,9 @@ class TurnCue(Enum):
 class TurnJudgement:
     cue: TurnCue
     why: str
-    """What decided it: ``question``, ``short_answer``, ``statement_fall``, ``trailing_word``,
-    ``trailing_mark``, ``reading_number``, ``pitch_level``, ``pitch_rise``, ``empty``..."""
+    """What decided it: ``question``, ``short_answer``, ``statement``, ``trailing_word``,
+    ``trailing_mark``, ``reading_number``, ``pitch_rise``, ``no_full_stop``, ``empty``,
+    ``zh_statement``."""
     pitch_st: float | None = None
     """The final pitch movement measured (semitones), None when not measured."""
 
@@ -147,8 +148,8 @@ def _reading_number(words: list[str]) -> bool:
             tail += 1
         else:
             break
-    if tail == 0:
-        return False
+    if tail == 0 or (tail == 1 and digits == 1 and not words[-1].isdigit()):
+        return False  # one number word alone is a pronoun as often ("the red one")
     before = words[max(0, len(words) - tail - 4) : len(words) - tail]
     return any(cue in w for w in before for cue in NUMBER_CUES) or digits >= 3
 

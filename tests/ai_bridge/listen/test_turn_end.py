@@ -38,6 +38,9 @@ def glide(seconds: float, f0_start: float, f0_end: float, *, tail_s: float = 0.4
         ("It's 555", TurnCue.OPEN),
         ("Could I split the bill between?", TurnCue.OPEN),
         ("I bought 2.", TurnCue.STATEMENT),  # a quantity, not a number read out
+        ("I'd like to order the red one.", TurnCue.STATEMENT),
+        ("Thank you.", TurnCue.STATEMENT),
+        ("I'll call you back tomorrow, thank you.", TurnCue.STATEMENT),
         # finished: questions (a stranded preposition is fine with a question mark), answers
         ("Where is my parcel?", TurnCue.COMPLETE),
         ("What is this charge for?", TurnCue.COMPLETE),
