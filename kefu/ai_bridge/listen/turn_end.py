@@ -42,7 +42,7 @@ from numpy.typing import NDArray
 
 from kefu.ai_bridge.emotion.prosody import final_pitch_movement
 
-from .asr.partials import ZH_CONTINUATIONS, looks_complete
+from .asr.partials import looks_complete
 
 __all__ = ["TurnCue", "TurnJudgement", "judge_turn"]
 
@@ -81,6 +81,13 @@ NUMBER_CUES = (
     "number", "code", "postcode", "zip", "phone", "account", "reference", "order", "tracking",
     "serial", "pin", "card",
 )  # fmt: skip
+ZH_OPEN = (
+    "和", "跟", "与", "或", "或者", "还有", "然后", "而且", "但是", "可是", "因为", "所以",
+    "如果", "就是", "那个", "这个", "的话", "嗯", "呃", "我想", "我要", "请问", "关于", "把",
+)  # fmt: skip
+"""What a Mandarin speaker stops after mid-sentence: conjunctions, fillers, "I want", "about".
+Narrower than the words a *question* does not end on (partials._ZH_CONTINUATIONS): 的, 是, 一下,
+啊, 对 end many finished Mandarin sentences ("我是昨天买的", "帮我查一下")."""
 _WORD = re.compile(r"[a-z0-9']+")
 _CJK = re.compile(r"[\u4e00-\u9fff]")
 
@@ -162,7 +169,7 @@ def _final_pitch(audio: NDArray[np.int16] | None) -> float | None:
 
 def _judge_zh(text: str) -> TurnJudgement:
     body = text.rstrip("？?。！!，,、 ")
-    if text.rstrip().endswith(("，", ",", "、", "…")) or body.endswith(ZH_CONTINUATIONS):
+    if text.rstrip().endswith(("，", ",", "、", "…")) or body.endswith(ZH_OPEN):
         return TurnJudgement(TurnCue.OPEN, "trailing_word")
     if looks_complete(text):
         return TurnJudgement(TurnCue.COMPLETE, "question")

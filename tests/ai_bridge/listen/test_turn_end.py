@@ -56,6 +56,9 @@ def glide(seconds: float, f0_start: float, f0_end: float, *, tail_s: float = 0.4
         ("我想问一下关于", TurnCue.OPEN),
         ("我想查一下订单，", TurnCue.OPEN),
         ("我的快递还没到。", TurnCue.UNSURE),
+        ("我是昨天买的", TurnCue.UNSURE),  # 的 ends many finished sentences
+        ("帮我查一下", TurnCue.UNSURE),
+        ("我想退货，但是", TurnCue.OPEN),
     ],
 )
 def test_words_alone(text: str, cue: TurnCue) -> None:

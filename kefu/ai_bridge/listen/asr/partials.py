@@ -31,7 +31,7 @@ _QUESTION_START = frozenset(
 
 # Mandarin: what a finished question ends on, and what a speaker pauses after mid-sentence.
 _ZH_QUESTION_PARTICLES = ("吗", "呢", "么", "吧")
-ZH_CONTINUATIONS = (
+_ZH_CONTINUATIONS = (
     "和", "跟", "与", "或", "或者", "还有", "然后", "而且", "但是", "可是", "因为", "所以",
     "如果", "就是", "那个", "这个", "的话", "一下", "嗯", "呃", "啊", "那", "就", "是",
     "我想", "我要", "请问", "关于", "的", "在", "把", "给", "对",
@@ -44,7 +44,7 @@ def _looks_complete_zh(text: str) -> bool:
     particle (吗, 呢...) after at least four characters, and not on a word people pause after."""
     body = text.rstrip("？?。！!，,、 ")
     hanzi = _CJK.findall(body)
-    if len(hanzi) < 4 or body.endswith(ZH_CONTINUATIONS):
+    if len(hanzi) < 4 or body.endswith(_ZH_CONTINUATIONS):
         return False
     return text.rstrip().endswith(("？", "?")) or body.endswith(_ZH_QUESTION_PARTICLES)
 
