@@ -3,7 +3,7 @@
 The set (loadtest/eval/hesitation_en.jsonl): callers who pause mid-sentence (``hesitant``),
 read out lists (``list``) or spell numbers in groups (``spelled``), and controls without a
 pause (``complete`` statements and questions, ``short`` answers). Piper speaks each segment
-(cached per text in ``$KEFU_TEST_VOICE_CACHE/hesitation`` or ~/.cache/kefu/hesitation: reruns
+(cached per text, :mod:`loadtest.voice_cache` folder ``hesitation``: reruns
 hear the same audio); segments are trimmed to their voice and joined by the pauses over -60
 dBFS noise, 0.3 s before, 1.5 s after (up to 5 s more while a turn is open). 20 ms chunks go
 in real time (the speculative decode races the audio) to a fresh :class:`Listener` per item
@@ -17,9 +17,7 @@ import argparse
 import asyncio
 import contextlib
 import functools
-import hashlib
 import json
-import os
 import re
 import sys
 import time
@@ -32,6 +30,8 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
+
+from loadtest.voice_cache import cached_audio
 
 SET_PATH = Path(__file__).resolve().parent / "eval" / "hesitation_en.jsonl"
 KINDS = ("hesitant", "list", "spelled", "complete", "short")
@@ -112,19 +112,10 @@ def _piper() -> Any:
 
 def spoken(text: str, length_scale: float = 1.0) -> NDArray[np.int16]:
     """Piper's 16 kHz audio of ``text``: its own noise draw, cached, so the same every run."""
-    from kefu.ai_bridge.listen.heldout import read_wav, speak, write_wav
+    from kefu.ai_bridge.listen.heldout import speak
 
     key = json.dumps([_CACHE_VERSION, "joe-us", text, length_scale])
-    root = os.environ.get("KEFU_TEST_VOICE_CACHE") or Path.home() / ".cache" / "kefu"
-    path = Path(root) / "hesitation" / f"{hashlib.sha1(key.encode()).hexdigest()[:20]}.wav"
-    if path.is_file():
-        return read_wav(path)
-    pcm = speak(_piper(), text, length_scale=length_scale)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    write_wav(tmp, pcm)
-    tmp.replace(path)
-    return pcm
+    return cached_audio("hesitation", key, lambda: speak(_piper(), text, length_scale=length_scale))
 
 
 def trim(pcm: NDArray[np.int16]) -> NDArray[np.int16]:

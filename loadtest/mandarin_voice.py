@@ -5,15 +5,13 @@ the Mandarin tests, the held-out set and the benchmarks speak with this one (an 
 voice: a harder caller than kefu's own, measured in docs/BENCHMARKS.md).
 
 Kokoro costs ~0.7 s of compute per second of audio on 2 cores, so utterances are cached on
-disk (``KEFU_TEST_VOICE_CACHE`` or ~/.cache/kefu/mandarin-voice), keyed by text, speaker and
+disk (:mod:`loadtest.voice_cache`, folder ``mandarin-voice``), keyed by text, speaker and
 speed: the same text always sounds the same, run after run.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -21,20 +19,13 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from loadtest.voice_cache import cached_audio
+
 SPEAKERS = ("jm_kumo", "jf_alpha")
 """Speaker styles used: a male and a female one."""
 _RATE = 24000
 _lock = threading.Lock()
 _model: dict[str, Any] = {}
-
-
-def _cache_dir() -> Path:
-    root = os.environ.get("KEFU_TEST_VOICE_CACHE") or str(
-        Path.home() / ".cache" / "kefu" / "mandarin-voice"
-    )
-    path = Path(root)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def _load() -> dict[str, Any]:
@@ -86,15 +77,9 @@ def speak_zh(
     """``text`` spoken by the Kokoro ``speaker``, as mono int16 at ``rate`` (cached)."""
     if speaker not in SPEAKERS:
         raise ValueError(f"speaker must be one of {SPEAKERS}")
-    key = hashlib.sha256(f"{speaker}|{speed}|{text}".encode()).hexdigest()[:24]
-    path = _cache_dir() / f"{key}.npy"
-    if path.exists():
-        audio = np.load(path)
-    else:
-        audio = _synthesize(text, speaker, speed)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp.npy")
-        np.save(tmp, audio)
-        tmp.replace(path)
+    audio = cached_audio(
+        "mandarin-voice", f"{speaker}|{speed}|{text}", lambda: _synthesize(text, speaker, speed)
+    )
     import soxr
 
     pcm = soxr.resample(audio, _RATE, rate) if rate != _RATE else audio
