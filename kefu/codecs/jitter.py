@@ -29,6 +29,9 @@ the largest recent delay above the fastest packet's, forgotten with a 5 s time c
 The RFC estimate is a mean deviation: alone it underestimates periodic delay spikes (Wi-Fi
 scans, bufferbloat bursts), and the buffer would underrun on every spike.
 
+Prompt playout (:meth:`JitterBuffer.pop_now`, for a recognizer): no target delay; a frame
+plays as soon as it is in hand, and the consumer decides when a missing one is concealed.
+
 The buffer *grows* by holding the playout point for one period (the consumer conceals a
 frame) and *shrinks* by discarding the oldest frame.
 Without the decoded audio we cannot pick a quiet moment, so we choose "any moment" but at most
@@ -303,6 +306,36 @@ class JitterBuffer:
             return self._hold()
         return self._play()
 
+    # --- prompt playout (a recognizer, not a loudspeaker) ---------------------------------
+
+    def next_in_hand(self) -> bool:
+        """The frame that plays next has arrived: :meth:`pop_now` would return its payload."""
+        if not self._slots:
+            return False
+        if self._state != "playing" or self._next_ts in self._slots:
+            return True
+        nearest = min(self._slots)
+        # a sender that skipped timestamps (silence) without skipping a sequence number
+        return self._last_seq is not None and self._slots[nearest][0] == self._last_seq + 1
+
+    def pop_now(self) -> Playout:
+        """The next frame at once, with no target delay and no adaptation.
+
+        For a consumer that releases audio as it arrives and decides itself when a missing
+        frame has been waited for long enough: the frame in hand if :meth:`next_in_hand`,
+        else a concealed one (payload None), the playout point moving past it so the packet,
+        should it still come, counts as late.
+        """
+        if self._state != "playing":
+            if not self._slots:
+                return self._hold()
+            self._to("ready")
+            self._next_ts = min(self._slots)
+        if not self.next_in_hand():
+            self._concealed += 1
+            return self._advance(None)
+        return self._play_next()
+
     def _ready(self, now: float) -> bool:
         if not self._slots:
             return False
@@ -338,6 +371,9 @@ class JitterBuffer:
             elif level + self._frame <= target:
                 self._since_adapt = 0
                 return self._hold()
+        return self._play_next()
+
+    def _play_next(self) -> Playout:
         entry = self._slots.pop(self._next_ts, None)
         if entry is None:
             nearest = min(self._slots)

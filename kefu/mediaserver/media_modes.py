@@ -145,6 +145,7 @@ class MediaModes:
             pcm = self.prompt if self.prompt is not None else chime()
             ep.play(PromptThenEcho(PcmTrack(pcm), ep.inbound))
         elif mode == "ai" and self.ai is not None:
+            ep.inbound.prompt = True  # the AI hears each packet as it lands (kefu.rtp.track)
             agent = CallAgent(
                 self.ai,
                 call.id,

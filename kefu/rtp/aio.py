@@ -40,6 +40,7 @@ from aiortc.mediastreams import MediaStreamTrack
 
 from kefu.codecs.registry import CodecInfo
 from kefu.rtp.ports import PortAllocator, bind_pair
+from kefu.rtp.sender import RtpSender
 from kefu.rtp.session import (
     RTCP_INTERVAL,
     Address,
@@ -51,7 +52,7 @@ from kefu.rtp.session import (
     SourceLatched,
 )
 from kefu.rtp.srtp import SrtpContext, SrtpDrop
-from kefu.rtp.track import RtpInboundTrack, RtpSender
+from kefu.rtp.track import RtpInboundTrack
 from kefu.sip.sdes import SrtpKeys
 
 Direction = Literal["sendrecv", "sendonly", "recvonly", "inactive"]

@@ -260,3 +260,45 @@ def test_48k_opus_clock() -> None:
     out = simulate(jb, 50, ts_of=lambda n: 7 + n * 960, delay=lambda n: None if n == 9 else 0.005)
     assert played_seqs(out) == [1000 + n for n in range(50) if n != 9]
     assert jb.stats.lost == 1 and jb.stats.target_delay_ms == 20.0
+
+
+# --- prompt playout (pop_now) --------------------------------------------------------------
+
+
+def test_pop_now_releases_each_frame_as_it_arrives() -> None:
+    jb = JitterBuffer(8000, TICKS)
+    assert not jb.next_in_hand()
+    jb.put(1000, 50_000, payload(1000), 0.0)
+    assert jb.next_in_hand()  # the very first packet plays at once: no target delay
+    assert jb.pop_now() == Playout(50_000, payload(1000))
+    assert jb.state == "playing" and not jb.next_in_hand()
+    jb.put(1002, 50_000 + 2 * TICKS, payload(1002), 0.05)  # 1001 is not here yet
+    assert not jb.next_in_hand()
+    jb.put(1001, 50_000 + TICKS, payload(1001), 0.051)  # reordered: now both are in hand
+    assert played_seqs([jb.pop_now(), jb.pop_now()]) == [1001, 1002]
+    assert jb.stats.lost == 0 and jb.stats.concealed == 0
+
+
+def test_pop_now_conceals_a_missing_frame_and_drops_it_if_it_comes_late() -> None:
+    jb = JitterBuffer(8000, TICKS)
+    jb.put(1000, 50_000, payload(1000), 0.0)
+    jb.pop_now()
+    concealed = jb.pop_now()  # the consumer gave up waiting for 1001
+    assert concealed == Playout(50_000 + TICKS, None)
+    jb.put(1001, 50_000 + TICKS, payload(1001), 0.07)  # too late: counted, never played
+    jb.put(1002, 50_000 + 2 * TICKS, payload(1002), 0.071)
+    assert jb.next_in_hand()
+    assert played_seqs([jb.pop_now()]) == [1002]
+    stats = jb.stats
+    assert (stats.late, stats.lost, stats.concealed, stats.played) == (1, 1, 1, 2)
+
+
+def test_pop_now_follows_a_sender_that_skips_timestamps_in_silence() -> None:
+    jb = JitterBuffer(8000, TICKS)
+    jb.put(1000, 50_000, payload(1000), 0.0)
+    jb.pop_now()
+    jb.put(1001, 50_000 + 50 * TICKS, payload(1001), 1.0)  # next seq, timestamp 1 s later
+    assert jb.next_in_hand()
+    out = jb.pop_now()
+    assert out == Playout(50_000 + 50 * TICKS, payload(1001))
+    assert jb.stats.lost == 0

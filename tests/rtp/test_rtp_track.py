@@ -17,8 +17,9 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from kefu.codecs.registry import codec_info, make_encoder
 from kefu.rtp.packet import RtpPacket
+from kefu.rtp.sender import RtpSender
 from kefu.rtp.session import AudioPacket, RtpSession
-from kefu.rtp.track import RtpInboundTrack, RtpSender
+from kefu.rtp.track import PROMPT_GRACE_S, RtpInboundTrack
 
 PCMU = codec_info("PCMU")
 
@@ -120,6 +121,70 @@ async def test_inbound_garbage_payload_is_concealed() -> None:
     frame = await track.recv()
     assert frame.samples == 960 and frame.sample_rate == 48000
     assert track.decode_errors == 1 and track.frames_concealed == 1
+
+
+# --- inbound, prompt (the AI's ear) ------------------------------------------------------
+
+
+async def test_prompt_inbound_releases_each_packet_on_arrival() -> None:
+    clock = Clock()
+    track = RtpInboundTrack(clock, prompt=True)
+    track.configure(PCMU)
+    push(track, 0, 0.0)
+    assert (await track.recv()).pts == 0
+    # no wait for the next deadline, no target delay: a burst is read at once
+    clock.t = 0.005
+    for seq in (1, 2, 3):
+        push(track, seq, 0.005)
+    frames = [await track.recv() for _ in range(3)]
+    assert [f.pts for f in frames] == [160, 320, 480]
+    assert all(np.abs(f.to_ndarray()).max() > 4000 for f in frames)
+    # the next packet is awaited, and released the moment it is pushed
+    pending = asyncio.ensure_future(track.recv())
+    await asyncio.sleep(0)
+    assert not pending.done()
+    push(track, 4, 0.006)
+    assert (await asyncio.wait_for(pending, 1.0)).pts == 640
+    assert track.frames_concealed == 0
+
+
+async def test_prompt_inbound_conceals_a_frame_overdue_past_the_grace() -> None:
+    clock = Clock()
+    track = RtpInboundTrack(clock, prompt=True)
+    track.configure(PCMU)
+    push(track, 0, 0.0)
+    await track.recv()  # frame 1 is due at 0.02
+    clock.t = 0.02 + PROMPT_GRACE_S  # and never came
+    concealed = await asyncio.wait_for(track.recv(), 1.0)
+    assert concealed.pts == 160 and track.frames_concealed == 1
+    push(track, 1, clock.t + 0.001)  # after its frame was concealed: late, dropped
+    push(track, 2, clock.t + 0.001)
+    assert np.abs((await track.recv()).to_ndarray()).max() > 4000
+    stats = track.jitter_buffer.stats if track.jitter_buffer is not None else None
+    assert stats is not None and stats.late == 1
+
+
+async def test_prompt_inbound_keeps_real_time_when_the_sender_goes_quiet() -> None:
+    clock = Clock()
+    track = RtpInboundTrack(clock, prompt=True)
+    track.configure(PCMU)
+    push(track, 0, 0.0)
+    await track.recv()
+    clock.t = 0.02 + PROMPT_GRACE_S - 0.01  # not yet overdue: the read waits
+    pending = asyncio.ensure_future(track.recv())
+    await asyncio.sleep(0.02)  # real time passes, the hand clock does not
+    assert not pending.done()
+    clock.t = 0.02 + PROMPT_GRACE_S
+    assert (await asyncio.wait_for(pending, 1.0)).pts == 160
+    # a reader that stalls for a second gets one concealed frame, not fifty
+    clock.t = 1.5
+    await track.recv()
+    clock.t = 1.5 + 0.02 + PROMPT_GRACE_S - 0.001
+    pending = asyncio.ensure_future(track.recv())
+    await asyncio.sleep(0.01)
+    assert not pending.done()
+    pending.cancel()
+    assert track.frames_concealed == 2
 
 
 # --- sender ------------------------------------------------------------------------------
