@@ -22,6 +22,7 @@ import structlog
 
 from kefu.ai_bridge.dialog.llm import LlmClient, LlmConfig
 from kefu.ai_bridge.dialog.manager import DialogManager
+from kefu.ai_bridge.dialog.openings import reply_openings
 from kefu.ai_bridge.emotion.estimator import EmotionEstimator
 from kefu.ai_bridge.emotion.speech import OnnxSpeechEmotion
 from kefu.ai_bridge.listen.asr.base import AsrEngine
@@ -212,6 +213,11 @@ class AiServices:
             avatar=avatar,
         )
         services._owned = True
+        if voice is not None and dialog is not None:
+            kb = getattr(dialog.retriever, "kb", None)
+            openings = reply_openings(getattr(kb, "entries", ()))
+            langs = ("en", "zh") if mandarin else ("en",)
+            voice.prerender_in_background({k: v for k, v in openings.items() if k in langs})
         log.info("ai_services_started", **services.readiness())
         return services
 

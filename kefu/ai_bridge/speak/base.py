@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Generic, Protocol, TypeVar, runtime_checkable
 import numpy as np
 from numpy.typing import NDArray
 
+from kefu.ai_bridge.speak.clause_executor import background as background_job
 from kefu.ai_bridge.speak.clause_executor import first_clause
 from kefu.errors import LocalError
 
@@ -98,8 +99,11 @@ class TtsEngine(Protocol):
     def error(self) -> str | None: ...
 
     def synthesize(
-        self, text: str, *, emotion: str = "neutral", rate: float = 1.0
-    ) -> AsyncIterator[TtsChunk]: ...
+        self, text: str, *, emotion: str = "neutral", rate: float = 1.0, background: bool = False
+    ) -> AsyncIterator[TtsChunk]:
+        """``background``: nobody waits for it (rendered ahead for the cache): it yields the
+        engine to every other request."""
+        ...
 
 
 def check_request(emotion: str, rate: float) -> None:
@@ -249,7 +253,7 @@ class ClauseEngine(ABC, Generic[StyleT]):
         await asyncio.get_running_loop().run_in_executor(self.worker, self.load)
 
     def jobs(
-        self, text: str, *, emotion: str = "neutral", rate: float = 1.0
+        self, text: str, *, emotion: str = "neutral", rate: float = 1.0, background: bool = False
     ) -> list[Callable[[], TtsChunk]]:
         """The clause jobs for ``text`` (plain or SSML), in speaking order."""
         check_request(emotion, rate)
@@ -260,17 +264,17 @@ class ClauseEngine(ABC, Generic[StyleT]):
                 jobs.append(first_clause(partial(_render_trimmed, job)) if not jobs else job)
             else:
                 jobs.append(partial(silence_chunk, seg.pause_ms, self.sample_rate))
-        return jobs
+        return [background_job(j) for j in jobs] if background else jobs
 
     def close(self) -> None:
         """Stop the worker thread; clause jobs not yet started are cancelled."""
         self.worker.shutdown(wait=False, cancel_futures=True)
 
     async def synthesize(
-        self, text: str, *, emotion: str = "neutral", rate: float = 1.0
+        self, text: str, *, emotion: str = "neutral", rate: float = 1.0, background: bool = False
     ) -> AsyncIterator[TtsChunk]:
         if not self.ready:
             raise TtsError(f"{self.name} is not ready: {self.error or 'not loaded'}")
-        jobs = self.jobs(text, emotion=emotion, rate=rate)
+        jobs = self.jobs(text, emotion=emotion, rate=rate, background=background)
         async for chunk in run_jobs(self.worker, jobs):
             yield chunk

@@ -124,18 +124,28 @@ class PhraseCache:
         )
 
     async def prerender(
-        self, engine: TtsEngine, phrases: Iterable[str], *, emotion: str = "neutral"
+        self,
+        engine: TtsEngine,
+        phrases: Iterable[str],
+        *,
+        emotion: str = "neutral",
+        fill: float = 1.0,
     ) -> int:
         """Render ``phrases`` with ``engine`` into the cache; returns how many were stored.
 
-        A phrase that fails is logged and skipped: the cache is an optimisation.
+        A phrase that fails is logged and skipped: the cache is an optimisation. Rendering
+        stops once the cache holds ``fill`` of its byte budget (a large knowledge base must
+        not evict what calls use, nor burn minutes of CPU at start).
         """
         stored = 0
         for phrase in phrases:
+            if self._bytes >= fill * self.max_bytes:
+                break
             if self.key(phrase, emotion, engine) in self._entries:
                 continue
             try:
-                chunks = [c async for c in engine.synthesize(phrase, emotion=emotion)]
+                gen = engine.synthesize(phrase, emotion=emotion, background=True)
+                chunks = [c async for c in gen]
             except Exception as exc:  # a bad phrase must not stop the rest
                 log.warning(
                     "tts.prerender_failed", engine=engine.name, phrase=phrase, error=str(exc)
@@ -145,13 +155,18 @@ class PhraseCache:
         return stored
 
     def prerender_in_background(
-        self, engine: TtsEngine, phrases: Iterable[str], *, emotion: str = "neutral"
+        self,
+        engine: TtsEngine,
+        phrases: Iterable[str],
+        *,
+        emotion: str = "neutral",
+        fill: float = 1.0,
     ) -> asyncio.Task[None]:
         """Start :meth:`prerender` as a task the cache owns (cancelled by :meth:`close`)."""
         items = tuple(phrases)
 
         async def run() -> None:
-            n = await self.prerender(engine, items, emotion=emotion)
+            n = await self.prerender(engine, items, emotion=emotion, fill=fill)
             log.info("tts.prerendered", engine=engine.name, phrases=n)
 
         task = asyncio.get_running_loop().create_task(run(), name=f"prerender:{engine.name}")

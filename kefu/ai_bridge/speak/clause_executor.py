@@ -5,7 +5,9 @@ clause of a new answer (what the caller is waiting for: kefu's first audio) queu
 later clauses of other calls' long answers, which are only needed once the clause before
 them has played. :class:`ClauseExecutor` runs jobs marked :data:`FIRST` (see
 :func:`first_clause`) before every other queued job, in submission order within each class.
-Later clauses cannot starve: an answer has one first clause, and it is short.
+Later clauses cannot starve: an answer has one first clause, and it is short. Jobs marked
+:data:`BACKGROUND` (:func:`background`: phrases rendered ahead into the cache) run only when
+nothing else waits.
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["FIRST", "LATER", "ClauseExecutor", "first_clause"]
+__all__ = ["BACKGROUND", "FIRST", "LATER", "ClauseExecutor", "background", "first_clause"]
 
 FIRST = 0
 LATER = 1
+BACKGROUND = 2
 _PRIORITY = "clause_priority"
 
 T = TypeVar("T")
@@ -29,6 +32,12 @@ T = TypeVar("T")
 def first_clause(job: Callable[[], T]) -> Callable[[], T]:
     """Mark ``job`` (a ``functools.partial``) as an answer's first clause."""
     setattr(job, _PRIORITY, FIRST)
+    return job
+
+
+def background(job: Callable[[], T]) -> Callable[[], T]:
+    """Mark ``job`` as work nobody waits for (a cache warm-up): it yields to every other."""
+    setattr(job, _PRIORITY, BACKGROUND)
     return job
 
 

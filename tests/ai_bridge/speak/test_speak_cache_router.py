@@ -82,6 +82,32 @@ async def test_prerendered_phrases_are_instant(
     assert voice.english.ready
 
 
+async def test_reply_openings_render_ahead_within_their_share_of_the_cache(
+    piper: PiperEngine, espeak_cmn: EspeakEngine, espeak_en: EspeakEngine
+) -> None:
+    lines = {
+        "en": ["Standard delivery takes 3 to 5 business days.", "Returns are free."],
+        "zh": ["标准配送需要三到五个工作日。"],
+    }
+    voice = Voice(english=piper, chinese=espeak_cmn, english_fallback=espeak_en, prerender=False)
+    await voice.start()
+    assert voice.prerender_in_background(lines) == 3
+    await voice.cache.wait_prerendered()
+    for lang, texts in lines.items():
+        for text in texts:
+            chunks = voice.cache.get(text, "neutral", voice.engine_for(text, lang))
+            assert chunks and sum(len(c.pcm) for c in chunks) > 0.5 * chunks[0].sample_rate
+    # a budget already half full renders nothing more
+    small = Voice(english=piper, chinese=espeak_cmn, english_fallback=espeak_en, prerender=False)
+    small.cache = PhraseCache(max_bytes=100_000)
+    small.cache.put("filler", "neutral", "x", [chunk(25_000)])  # 50 kB: half of it
+    small.prerender_in_background({"en": ["Returns are free."]})
+    await small.cache.wait_prerendered()
+    assert small.cache.stats().entries == 1
+    await voice.close()
+    await small.close()
+
+
 async def test_short_replies_are_cached_after_first_use(voice: Voice) -> None:
     text = "Your order number is 4 8 2 1."
     first = [c async for c in voice.synthesize(text, emotion="happy")]
