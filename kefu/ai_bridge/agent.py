@@ -69,6 +69,7 @@ from kefu.ai_bridge.stages import (
 )
 from kefu.ai_bridge.trace import TurnTracer
 from kefu.ai_bridge.tracks import BotAudioTrack, CallerAudioTap
+from kefu.ai_bridge.unheard import UnheardTurns
 
 if TYPE_CHECKING:
     from kefu.ai_bridge.avatar.stream import AvatarStream
@@ -155,7 +156,7 @@ class CallAgent:
         self._held: _Held | None = None
         self._ignored: set[int] = set()  # backchannels: transcript dropped
         self._answer_after = 0  # turns up to this one began before the hand-back: not answered
-        self._empties = 0
+        self._unheard = UnheardTurns()
         self._closed = False
 
     # -- what others read ------------------------------------------------------------------
@@ -320,7 +321,7 @@ class CallAgent:
         :class:`kefu.errors.InvalidTransition` when not paused."""
         self.floor.apply(FloorInput.HANDBACK, self._act)
         self._answer_after = self._caller_turn()
-        self._empties = 0
+        self._unheard.reset()
         self._log.info("agent_resumed", answer_after=self._answer_after)
 
     def hear_agent(self, track: MediaStreamTrack, who: str) -> None:
@@ -356,6 +357,7 @@ class CallAgent:
                 self._log.exception("agent_event_failed", event=type(event).__name__)
 
     def _on_speech_started(self, ev: SpeechStarted) -> None:
+        self._unheard.started(ev.turn_id, ev.at)
         if self.avatar is not None:
             self.avatar.caller_started()
         over_bot = self.settings.barge_in and not self.paused and self.busy
@@ -370,6 +372,7 @@ class CallAgent:
     def _on_end_of_turn(self, ev: EndOfTurn) -> None:
         if self.avatar is not None:
             self.avatar.caller_stopped()
+        self._unheard.ended(ev.turn_id, ev.speech_end_at)
         if self.responder.emotion is not None and ev.audio is not None and not ev.short:
             self.responder.emotion.hold_audio(ev.turn_id, ev.audio)
         action = self.floor.apply(
@@ -448,14 +451,11 @@ class CallAgent:
         text = ev.text.strip()
         if not text:
             self.tracer.discard(turn_id)
-            if not answering:
-                return
-            self._empties += 1
-            if self._empties >= 2 and not self.busy:
-                self._empties = 0
+            if answering and self._unheard.ask_again(turn_id) and not self.busy:
+                self._log.info("asked_to_repeat", turn_id=turn_id)
                 self.responder.run(self.responder.say(NOT_CAUGHT[self.lang], None))
             return
-        self._empties = 0
+        self._unheard.heard(turn_id)
         self.publish(Utterance(self.call_id, turn_id, "caller", text, ev.language, ev.at))
         if not answering:
             self.tracer.discard(turn_id)  # nobody answers it: no turn trace

@@ -15,8 +15,9 @@ from aiohttp import web
 from kefu.ai_bridge.agent import AI_UNAVAILABLE, BargeIn, HandoffRequested, Utterance
 from kefu.ai_bridge.dialog.llm import LlmClient, LlmConfig
 from kefu.ai_bridge.dialog.manager import DialogManager
+from kefu.ai_bridge.listen.asr.base import AsrEngineBase, AsrResult
 from kefu.ai_bridge.listen.asr.whisper import WhisperAsr
-from kefu.ai_bridge.services import AiServices
+from kefu.ai_bridge.services import NOT_CAUGHT, AiServices
 from kefu.ai_bridge.trace import TurnTrace
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -142,6 +143,43 @@ async def test_unanswerable_question_offers_a_human(services, call_factory, spok
     trace = await ask(call, spoken, "Who won the football match last night?")
     assert trace.source == "fallback"
     assert "colleague" in trace.answer_text and "Monday" not in trace.answer_text
+
+
+class DeafAsr(AsrEngineBase):
+    """A recognizer that drops every decode (as Whisper's guards drop one they distrust)."""
+
+    name = "deaf"
+
+    def __init__(self) -> None:
+        super().__init__(("en",))
+        self.ready = True
+        self.decodes = 0
+
+    async def _transcribe(self, pcm16k, language, hotwords, ticket=None) -> AsrResult:
+        self.decodes += 1
+        return AsrResult("", "en", 0.0, 1.0)
+
+
+async def test_a_spoken_turn_heard_as_nothing_is_asked_again(
+    services, call_factory, spoken, hear
+) -> None:
+    deaf = AiServices(
+        services.settings,
+        asr=DeafAsr(),
+        voice=services.voice,
+        dialog=services.dialog,
+        metrics=services.metrics,
+    )
+    call = await call_factory(deaf)
+    await call.sender.fast_forward(call.agent)  # the greeting
+    start = asyncio.get_running_loop().time()
+    call.caller.say(spoken("Can I change the delivery address for my package?"))
+    await call.bus.wait(Utterance, lambda e: e.text == NOT_CAUGHT["en"], 25)
+    await call.sender.fast_forward(call.agent)
+    assert deaf.asr is not None and deaf.asr.decodes >= 1
+    heard = hear(services, call.sender.audio_between(start)).lower()
+    assert "again" in heard, heard
+    assert not call.bus.of(TurnTrace)  # nothing was answered: no turn trace
 
 
 async def test_broken_asr_apologizes_and_requests_handoff(services, call_factory, hear) -> None:
