@@ -35,6 +35,13 @@ def test_mandarin_is_recognised_in_simplified_characters(asr) -> None:
     assert "门店" in result.text and "關" not in result.text, result
 
 
+def test_a_long_hotword_list_leaves_room_for_the_words(asr) -> None:
+    # CTranslate2 counts the prompt in max_length: 30 hotwords once left no room at all
+    hotwords = [f"商品{i}号" for i in range(30)]
+    result = asr.transcribe_sync(speak_zh("你们的门店几点关门？", "jm_kumo"), "zh", hotwords)
+    assert "门店" in result.text, result
+
+
 def test_english_is_identified_even_in_a_call_that_prefers_mandarin(asr, voice) -> None:
     from kefu.ai_bridge.listen.heldout import speak
 

@@ -34,6 +34,8 @@ log = structlog.get_logger(__name__)
 _SR = 16000
 _FRAMES_PER_S = 100  # mel hop of 10 ms
 _FULL_WINDOW_S = 30.0
+_MAX_TOKENS = 448
+"""Whisper's decoder context: the prompt and the generated text together."""
 
 
 def default_model_path() -> str:
@@ -241,7 +243,8 @@ class WhisperAsr(ThreadedAsrEngine):
             encoded,
             [prompt],
             beam_size=self.options.beam_size,
-            max_length=max_new,
+            # CTranslate2 counts the prompt (start tokens, previous text) in max_length
+            max_length=min(_MAX_TOKENS, len(prompt) + max_new),
             return_scores=True,
             return_no_speech_prob=True,
             suppress_blank=True,
