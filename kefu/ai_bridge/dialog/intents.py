@@ -37,6 +37,8 @@ EN_MIN_COSINE = 0.45
 ZH_MIN_SIMILARITY = 0.30
 # multilingual-e5 cosines are compressed into ~0.75-1.0: unrelated turns sit near 0.8-0.85.
 E5_MIN_COSINE = 0.86
+# Labels whose examples are not questions the knowledge base answers.
+_NOT_TOPICS = frozenset({OUT_OF_SCOPE, "greeting", "thanks", "goodbye", "affirm", "deny"})
 _K = 3
 
 # (intent, lang, pattern). Anchored patterns only fire on short, formulaic turns.
@@ -185,6 +187,18 @@ class IntentClassifier:
         if vector is None or vectors is None or not len(vectors):
             return 0.0
         mask = np.array([i == intent for i in self._labels[key]], dtype=bool)
+        return float((vectors[mask] @ vector).max()) if mask.any() else 0.0
+
+    def nearest_topic(self, lang: str, vector: NDArray[Any] | None) -> float:
+        """Best cosine between ``vector`` and any example of a service topic: neither
+        out of scope nor a social turn (greeting, yes, no ...); 0 without vectors. Set
+        against :meth:`nearest` of OUT_OF_SCOPE it says which side the turn's nearest labelled
+        neighbour is on."""
+        key = "zh" if lang == "zh" else "en"
+        vectors = self._vectors.get(key)
+        if vector is None or vectors is None or not len(vectors):
+            return 0.0
+        mask = np.array([i not in _NOT_TOPICS for i in self._labels[key]], dtype=bool)
         return float((vectors[mask] @ vector).max()) if mask.any() else 0.0
 
     def classify(

@@ -9,8 +9,10 @@ Decision order for a turn (first match wins):
 4. the bot just asked "do you mean A or B?" (see choice.py): the turn picks one → answer it;
 5. the bot just asked for a slot and this turn fills it → answer the waiting question;
 6. follow-ups ("and how long does it take?") are retrieved together with the last question;
-7. retrieval (multilingual-e5 + BM25, both languages); below LOW_CONFIDENCE → offer a
-   colleague, never an invented answer; the best two too close to call → ask which one;
+7. retrieval (multilingual-e5 + BM25, both languages) of the turn without its fillers
+   (text.clean_query); an off-topic example about as near as the best KB phrasing, or a
+   confidence (off-topic distance included) below LOW_CONFIDENCE → offer a colleague, never
+   an invented answer; the best two too close to call → ask which one;
 8. an answer template needing a slot we lack (``{order_number}``) → ask for it;
 9. an LLM, when configured, rephrases from the retrieved passages; if it fails or misses its
    budget before its first sentence, the knowledge-base answer is spoken instead.
@@ -48,14 +50,14 @@ from .phrases import say
 from .retrieval import LOW_CONFIDENCE, Hit, HybridRetriever, Retriever
 from .slots import display, extract_slots
 from .state import CallLocks, DialogState, MemorySessionStore, SessionStore
-from .text import detect_lang, split_sentences, warm_up
+from .text import clean_query, detect_lang, split_sentences, warm_up
 
 log = structlog.get_logger(__name__)
 
 SOURCES = ("kb", "llm", "fallback", "handoff", "clarify", "greeting")
 _SOCIAL = ("greeting", "thanks", "goodbye")
 # An off-topic example nearer than the best KB phrasing minus this is a reason to abstain.
-OOS_MARGIN = 0.02
+OOS_MARGIN = 0.01
 
 _PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
 _FOLLOWUP_EN = re.compile(
@@ -225,12 +227,13 @@ class DialogManager:
         new_slots = extract_slots(text, today=self.today(), expect=expect)
         # Rules first: formulaic turns ("yes", "agent") then skip the embedding.
         vector = None
+        topic = clean_query(text, lang)  # fillers out: what is embedded and matched
         rule = self.intents.rule(text, lang)
         if rule is not None:
             ir = IntentResult(rule, 1.0, "rule", lang)
         else:
-            vector = self._embed(text, lang)
-            ir = self.intents.classify(text, lang=lang, vector=vector)
+            vector = self._embed(topic, lang)
+            ir = self.intents.classify(topic, lang=lang, vector=vector)
         off_topic = self.intents.nearest(OUT_OF_SCOPE, lang, vector)
         if ir.intent == OUT_OF_SCOPE:
             ir = replace(ir, intent=UNKNOWN)
@@ -279,7 +282,7 @@ class DialogManager:
             return canned("greeting", ir.intent, ir.intent)
 
         if state.pending_choice:
-            hits = self.retriever.search(text, vector=vector, lang=lang, k=50)
+            hits = self.retriever.search(topic, vector=vector, lang=lang, k=50)
             picked = choice.resolve(text, lang, state.pending_choice, hits)
             if picked == choice.NEITHER:
                 return fallback(ir.intent, 0.0)
@@ -287,18 +290,18 @@ class DialogManager:
                 query = state.pending_choice_query or text
                 return self._answer(self._by_id[picked], 1.0, hits, query, ir, st, cleared)
 
-        query, followup, resumed = text, False, False
+        query, followup, resumed = topic, False, False
         if state.pending_slot and state.pending_slot in new_slots:
             query, resumed = state.pending_query, True
             ir = replace(ir, intent=state.pending_intent)
         elif state.last_query and self._is_followup(text, lang) and ir.method != "rule":
             # The fragment alone is ambiguous ("how long does it take?"): rank on the last
             # question plus the fragment.
-            query, followup = f"{state.last_query} {text}", True
+            query, followup = f"{state.last_query} {topic}", True
         elif ir.intent in ("affirm", "deny"):
             return canned("clarify", "what", ir.intent)
 
-        qvec = vector if query == text else self._embed(query, lang)
+        qvec = vector if query == topic else self._embed(query, lang)
         hits = self.retriever.search(query, vector=qvec, lang=lang, k=10)
         if followup:
             # A follow-up asks something new about the last topic: not the answer just given.
@@ -308,15 +311,22 @@ class DialogManager:
         if followup and best is not None:
             # Mixing in the last question dilutes the match; the fragment on its own may
             # match the chosen entry much better.
-            own = self.retriever.search(text, vector=vector, lang=lang, k=10)
+            own = self.retriever.search(topic, vector=vector, lang=lang, k=10)
             for h in own:
                 if h.entry.id == best.id:
                     conf = max(conf, h.confidence)
             if ir.intent == UNKNOWN:
                 ir = replace(ir, intent=best.intent)
+        if best is not None and off_topic and not (followup or resumed):
+            # An off-topic example about as near as the best KB phrasing vetoes the answer;
+            # otherwise how much nearer the KB is counts towards the confidence.
+            near = max(hits[0].cosine, self.intents.nearest_topic(lang, vector))
+            if off_topic >= near - OOS_MARGIN:
+                return fallback(ir.intent, conf)
+            scoped = getattr(self.retriever, "scoped_confidence", None)
+            sc = scoped(hits[0], off_topic, lang, near) if scoped is not None else None
+            conf = conf if sc is None else sc
         if best is None or conf < self.low_confidence:
-            return fallback(ir.intent, conf)
-        if not followup and off_topic and off_topic >= hits[0].cosine - OOS_MARGIN:
             return fallback(ir.intent, conf)
         calibrated = getattr(self.retriever, "calibrated", False)
         if calibrated and not (followup or resumed) and choice.too_close(hits, self.low_confidence):

@@ -95,6 +95,58 @@ def _en_tokens(text: str) -> Iterable[str]:
             yield stem(w)
 
 
+# Spoken disfluencies that carry no topic: hesitations anywhere, discourse markers ("yeah so",
+# "I mean", "sorry") and filler "like" (not "I'd like", "looks like"). Embedding them pulls a
+# turn towards whatever KB phrasing happens to share the filler; they are dropped before the
+# turn is embedded and matched, never from what the rules or slots see.
+_EN_HESITATION = re.compile(r"(?:,\s*)?\b(?:u+h+m*|u+m+|e+r+m*|h+m+|a+h+|o+h+)\b[,.]*\s*", re.I)
+_EN_MARKERS = re.compile(
+    r"(?:,\s*)?\b(?:yeah|yep|sorry|actually|basically|honestly|literally|just|you know|i mean|"
+    r"kind of|sort of)\b[,.]*\s*",
+    re.I,
+)
+# Only where a clause starts: "ok" and "well" mean something elsewhere ("is it ok to ...").
+_EN_OPENERS = re.compile(r"(?:^|(?<=[,.!?;]))\s*(?:ok(?:ay)?|so|well|hi|hello|hey)\b[,.!]*", re.I)
+_EN_LIKE = re.compile(r"(?:,\s*)?\blike\b[,.]*\s*", re.I)
+# "like" after these is the verb or a comparison ("I'd like", "looks like"), not a filler.
+_LIKE_KEPT_AFTER = frozenset(
+    "i i'd you'd we'd they'd he'd she'd would we you they don't didn't do does not "
+    "look looks feel feels sound sounds seem seems something anything just".split()
+)
+# "the, the delivery charge": a word said twice in a row (a stutter).
+_EN_REPEAT = re.compile(r"\b(\w+)(?:,?\s+\1\b)+", re.I)
+# 嗯/呃 anywhere; 额/哎/喂 and "那个/就是/然后" only opening the turn (金额, 那个订单 stay).
+_ZH_FILLERS = re.compile(
+    r"[嗯呃]+[，,、。]*|^(?:额|哎|唉|喂|那个|就是|然后)+[，,、。]*|(?:那个|就是)[，,]+"
+)
+_ZH_PARTICLE_END = re.compile(r"[啊呀呢嘛吧哦]+(?=[，,。？！?!]|$)")
+
+
+def _drop_filler_like(m: re.Match[str]) -> str:
+    if m.group().startswith(","):  # ", like," set off by commas is a filler
+        return " "
+    before = m.string[: m.start()].split()
+    return m.group() if before and before[-1].lower() in _LIKE_KEPT_AFTER else " "
+
+
+def clean_query(text: str, lang: str) -> str:
+    """The caller's turn without spoken fillers, for embedding and matching (see above).
+
+    Returns the text unchanged when nothing but fillers would remain ("um, yeah")."""
+    if lang == "zh":
+        s = _ZH_FILLERS.sub("", text)
+        s = _ZH_PARTICLE_END.sub("", s)
+    else:
+        s = _EN_HESITATION.sub(" ", text)
+        s = _EN_MARKERS.sub(" ", s)
+        for _ in range(3):  # "hi, so, well, ..." one opener at a time
+            s = _EN_OPENERS.sub("", s).lstrip(" ,.")
+        s = _EN_LIKE.sub(_drop_filler_like, s)
+        s = _EN_REPEAT.sub(r"\1", s)
+    s = re.sub(r"\s+([,.?!])", r"\1", re.sub(r"\s{2,}", " ", s)).strip(" ,，、.。")
+    return s if s.strip("?？!！ ") else text
+
+
 def warm_up() -> None:
     """Load jieba's dictionary now (~1 s) instead of on a caller's first Chinese turn."""
     _jieba_words("预热")
