@@ -66,7 +66,9 @@ def stem(word: str) -> str:
     return word
 
 
-def _jieba_words(run: str) -> list[str]:
+def jieba_words(run: str, *, search: bool = True) -> list[str]:
+    """jieba's words of a CJK run: search mode (long words and their parts, for BM25) or,
+    with ``search=False``, the one best segmentation."""
     import jieba
 
     # jieba initialises its dictionary lazily and not thread-safely; executors may race.
@@ -74,7 +76,7 @@ def _jieba_words(run: str) -> list[str]:
         if not jieba.dt.initialized:
             jieba.setLogLevel(logging.WARNING)
             jieba.initialize()
-    return list(jieba.lcut_for_search(run))
+    return list(jieba.lcut_for_search(run) if search else jieba.lcut(run))
 
 
 def tokenize(text: str) -> list[str]:
@@ -83,7 +85,7 @@ def tokenize(text: str) -> list[str]:
     pos = 0
     for m in _CJK_RUN.finditer(text):
         tokens.extend(_en_tokens(text[pos : m.start()]))
-        tokens.extend(w for w in _jieba_words(m.group()) if w.strip() and w not in _ZH_STOP)
+        tokens.extend(w for w in jieba_words(m.group()) if w.strip() and w not in _ZH_STOP)
         pos = m.end()
     tokens.extend(_en_tokens(text[pos:]))
     return tokens
@@ -149,7 +151,7 @@ def clean_query(text: str, lang: str) -> str:
 
 def warm_up() -> None:
     """Load jieba's dictionary now (~1 s) instead of on a caller's first Chinese turn."""
-    _jieba_words("预热")
+    jieba_words("预热")
 
 
 # Sentence ends: CJK punctuation always ends a sentence; ASCII . ! ? only when followed by
