@@ -151,11 +151,7 @@ class RtpInboundTrack(MediaStreamTrack):
         if self.prompt:
             return await self._next_prompt()
         while True:
-            if self.readyState != "live":
-                raise MediaStreamError
-            if not self._started.is_set():
-                await self._started.wait()
-                continue
+            await self._until_started()
             now = self._clock()
             if self._deadline is None:
                 self._deadline = now
@@ -178,14 +174,19 @@ class RtpInboundTrack(MediaStreamTrack):
                 continue  # still filling to the target delay: the call has not started
             return playout
 
-    async def _next_prompt(self) -> Playout:
-        """The next frame as soon as it is in hand, or concealed once overdue (module doc)."""
+    async def _until_started(self) -> None:
+        """Return once the first packet has come; MediaStreamError once the track ended."""
         while True:
             if self.readyState != "live":
                 raise MediaStreamError
-            if not self._started.is_set():
-                await self._started.wait()
-                continue
+            if self._started.is_set():
+                return
+            await self._started.wait()
+
+    async def _next_prompt(self) -> Playout:
+        """The next frame as soon as it is in hand, or concealed once overdue (module doc)."""
+        while True:
+            await self._until_started()
             now = self._clock()
             self._arrived.clear()
             if self._deadline is None or self._jitter.next_in_hand():
