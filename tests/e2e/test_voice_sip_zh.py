@@ -121,7 +121,8 @@ def test_an_angry_caller_is_offered_a_human_and_a_calm_one_is_not(
 ) -> None:
     angry = build_script(
         [
-            en(piper, "This is ridiculous! I have called three times and nobody fixed it!"),
+            # Angry, but not yet asking for anyone (a complaint is handed over at once).
+            en(piper, "This is ridiculous! I have been waiting all week for my parcel!"),
             en(piper, "I am so angry! Why does nobody tell me where my parcel is?"),
         ],
         lead_s=7.0,
