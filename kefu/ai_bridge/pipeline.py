@@ -190,6 +190,8 @@ async def build_pipeline(
     if spec.frontend:
         frontend = await loop.run_in_executor(None, _build_frontend, ctx.call_id, spec.frontend)
     dialog = KbDialog(services.dialog) if spec.answer and services.dialog is not None else None
+    if dialog is not None:
+        listener.likely_end = dialog.prefetch
     speech = VoiceSpeech(services.voice) if spec.speak and services.voice is not None else None
     return Pipeline(listener, frontend, turn_stages, dialog, speech, taps)
 

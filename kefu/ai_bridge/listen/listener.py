@@ -47,7 +47,7 @@ from .endpoint import (
     VoiceResumed,
     VoiceStarted,
 )
-from .turn_end import TurnJudgement, judge_turn
+from .turn_end import TurnCue, TurnJudgement, judge_turn
 
 Judge = Callable[[str, "NDArray[np.int16] | None"], TurnJudgement]
 """Text and audio of a turn so far -> its end-of-turn cue (:func:`.turn_end.judge_turn`)."""
@@ -169,6 +169,9 @@ class Listener:
         self.speculative = speculative
         self.judge = judge
         """Runs off the event loop (it measures pitch); None: silence alone ends turns."""
+        self.likely_end: Callable[[str], None] | None = None
+        """Told the words of a turn the cue says is ending (complete or a statement), before
+        the end of turn: the dialog can start on them (:meth:`DialogManager.prefetch`)."""
         self.events: Lane[ListenEvent] = Lane(queue_size, is_control=is_control)
         """Control events (never dropped) and partial transcripts (at most ``queue_size``)."""
         self.sustained_s = None if sustained_ms is None else sustained_ms / 1000
@@ -302,6 +305,8 @@ class Listener:
             pitch_st=None if verdict.pitch_st is None else round(verdict.pitch_st, 2),
         )  # fmt: skip
         self.endpointer.hint(ev.turn_id, verdict.cue)
+        if self.likely_end is not None and verdict.cue in (TurnCue.COMPLETE, TurnCue.STATEMENT):
+            self.likely_end(text)
 
     def _is_current(self, ev: VoicePaused) -> bool:
         spec = self._spec

@@ -7,6 +7,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import pytest
 
 from kefu.ai_bridge.listen.asr.base import AsrResult
 from kefu.ai_bridge.listen.heldout import wer
@@ -175,6 +176,31 @@ async def test_semantic_hint_from_speculative_text_ends_turn_early() -> None:
     eot = [e for e in drain(listener) if isinstance(e, EndOfTurn)][0]
     await listener.close()
     assert eot.reason == "semantic" and eot.at - eot.speech_end_at < 0.25
+
+
+@pytest.mark.parametrize(
+    ("cue", "told"), [(TurnCue.COMPLETE, True), (TurnCue.STATEMENT, True), (TurnCue.OPEN, False)]
+)
+async def test_a_turn_judged_ending_is_told_before_its_end(cue: TurnCue, told: bool) -> None:
+    clock = FakeClock()
+    heard: list[tuple[str, float]] = []
+
+    def judge(text: str, audio: object) -> TurnJudgement:
+        return TurnJudgement(cue, "test")
+
+    listener = Listener(FakeAsr(), vad=LevelVad(), clock=clock, judge=judge)
+    listener.likely_end = lambda text: heard.append((text, clock()))
+    await play(listener, clock, tone(1.0))
+    for _ in range(80):
+        await play(listener, clock, np.zeros(320, np.int16))
+        await asyncio.sleep(0.001)
+    eot = [e for e in drain(listener) if isinstance(e, EndOfTurn)][0]
+    await listener.close()
+    if told:
+        # the speculative transcript's words, before the end of turn was decided
+        assert heard and heard[0][0].endswith("samples") and heard[0][1] < eot.at, heard
+    else:
+        assert heard == []
 
 
 async def test_close_cancels_work_in_flight() -> None:
