@@ -16,6 +16,7 @@ import structlog
 
 from kefu.ai_bridge.speak.base import TtsChunk, TtsEngine, TtsError, check_request
 from kefu.ai_bridge.speak.cache import COMMON_PHRASES, PhraseCache
+from kefu.ai_bridge.speak.clause_executor import ClauseExecutor
 from kefu.ai_bridge.speak.espeak_engine import EspeakEngine, EspeakLibrary
 from kefu.ai_bridge.speak.piper_engine import PiperEngine
 from kefu.ai_bridge.speak.text import has_cjk
@@ -170,6 +171,9 @@ class Voice:
         engine = self.engine_for(text, lang)
         if not engine.ready:
             raise TtsError(f"no voice for {self.language_of(text, lang)!r}: {self.error}")
+        worker = getattr(engine, "worker", None)
+        if isinstance(worker, ClauseExecutor):
+            worker.hold_background()  # a call talks: the warm-up waits (clause_executor)
         cacheable = rate == 1.0
         if cacheable:
             cached = self.cache.get(text, emotion, engine)

@@ -78,7 +78,7 @@ def test_arguments_are_passed_and_results_returned() -> None:
 
 
 def test_background_work_waits_for_every_live_clause() -> None:
-    pool = ClauseExecutor("test")
+    pool = ClauseExecutor("test", quiet_s=0.05)
     ran: list[str] = []
     gate = _blocked(pool)
     warm = [pool.submit(background(partial(ran.append, f"warm {i}"))) for i in (1, 2)]
@@ -89,3 +89,18 @@ def test_background_work_waits_for_every_live_clause() -> None:
         future.result(10)
     assert ran == ["call-b clause 1", "call-a clause 2", "warm 1", "warm 2"]
     pool.shutdown()
+
+
+def test_background_work_waits_while_a_call_is_being_answered() -> None:
+    pool = ClauseExecutor("test", quiet_s=30.0)
+    ran: list[str] = []
+    warm = pool.submit(background(partial(ran.append, "warm")))
+    warm.result(10)  # nobody answered yet: it runs at once
+    pool.submit(first_clause(partial(ran.append, "call-a clause 1"))).result(10)
+    later = pool.submit(background(partial(ran.append, "warm after")))
+    with pytest.raises(TimeoutError):
+        later.result(0.3)  # an answer began: the warm-up waits for a lull
+    pool.submit(partial(ran.append, "call-a clause 2")).result(10)  # live work still runs
+    assert ran == ["warm", "call-a clause 1", "call-a clause 2"]
+    pool.shutdown(cancel_futures=True)
+    assert later.cancelled()
