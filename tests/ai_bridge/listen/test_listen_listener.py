@@ -162,6 +162,16 @@ async def test_final_without_speculation_decodes_after_end() -> None:
     assert not events[-1].speculative and len(asr.calls) == 1
 
 
+async def speak_then_pause(listener: Listener, clock: FakeClock, *, steps: int) -> EndOfTurn:
+    """A second of voice, then ``steps`` 20 ms frames of silence (the speculative decode and
+    its judgement get a turn of the loop between frames); the turn's end."""
+    await play(listener, clock, tone(1.0))
+    for _ in range(steps):
+        await play(listener, clock, np.zeros(320, np.int16))
+        await asyncio.sleep(0.001)
+    return [e for e in drain(listener) if isinstance(e, EndOfTurn)][0]
+
+
 async def test_semantic_hint_from_speculative_text_ends_turn_early() -> None:
     clock = FakeClock()
 
@@ -169,11 +179,7 @@ async def test_semantic_hint_from_speculative_text_ends_turn_early() -> None:
         return TurnJudgement(TurnCue.COMPLETE, "test")
 
     listener = Listener(FakeAsr(), vad=LevelVad(), clock=clock, judge=complete)
-    await play(listener, clock, tone(1.0))
-    for _ in range(40):
-        await play(listener, clock, np.zeros(320, np.int16))
-        await asyncio.sleep(0.001)
-    eot = [e for e in drain(listener) if isinstance(e, EndOfTurn)][0]
+    eot = await speak_then_pause(listener, clock, steps=40)
     await listener.close()
     assert eot.reason == "semantic" and eot.at - eot.speech_end_at < 0.25
 
@@ -190,11 +196,7 @@ async def test_a_turn_judged_ending_is_told_before_its_end(cue: TurnCue, told: b
 
     listener = Listener(FakeAsr(), vad=LevelVad(), clock=clock, judge=judge)
     listener.likely_end = lambda text: heard.append((text, clock()))
-    await play(listener, clock, tone(1.0))
-    for _ in range(80):
-        await play(listener, clock, np.zeros(320, np.int16))
-        await asyncio.sleep(0.001)
-    eot = [e for e in drain(listener) if isinstance(e, EndOfTurn)][0]
+    eot = await speak_then_pause(listener, clock, steps=80)
     await listener.close()
     if told:
         # the speculative transcript's words, before the end of turn was decided
