@@ -9,6 +9,7 @@ from kefu.ai_bridge.listen.asr.whisper_multi import (
     MultilingualWhisperAsr,
     compression_ratio,
     cut_char_repetition,
+    strip_prompt_echo,
 )
 from loadtest.mandarin_voice import speak_zh
 
@@ -27,6 +28,15 @@ def test_repeated_runs_are_cut_but_doubled_words_and_numbers_kept() -> None:
     assert cut_char_repetition("谢谢谢谢") == "谢谢谢谢"
     assert cut_char_repetition("尾号123123123") == "尾号123123123"
     assert compression_ratio("谢谢" * 40) > 2.4 > compression_ratio("我想查一下我的订单到哪里了")
+
+
+def test_the_prompt_written_after_the_words_is_cut_off(asr) -> None:
+    assert strip_prompt_echo("我想问以下是普通话的句子。") == "我想问"
+    assert strip_prompt_echo("以下是普通话的句子") == ""
+    assert strip_prompt_echo("以下是我的订单号") == "以下是我的订单号"  # the caller's own words
+    # an unclear fragment in the accented female voice: Whisper once wrote the prompt after it
+    result = asr.transcribe_sync(speak_zh("我想问一下那个", "jf_alpha"), "zh")
+    assert "普通话的句子" not in result.text, result
 
 
 def test_mandarin_is_recognised_in_simplified_characters(asr) -> None:

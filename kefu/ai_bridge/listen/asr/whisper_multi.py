@@ -37,6 +37,7 @@ __all__ = ["MultilingualWhisperAsr", "bundled_base_files", "cut_char_repetition"
 log = structlog.get_logger(__name__)
 
 ZH_PROMPT = "以下是普通话的句子。"
+_PROMPT_BODY = ZH_PROMPT.rstrip("。")
 """Primes Simplified characters and punctuation (measured: without it, Traditional)."""
 KEFU_LANGUAGES = ("zh", "en")
 _SAME_AS = {"yue": "zh"}
@@ -72,6 +73,12 @@ def compression_ratio(text: str) -> float:
 
 _LOOP = re.compile(r"(.{2,}?)\1{2,}", re.S)
 _NUMERIC = re.compile(r"[\d零〇一二两三四五六七八九十百千万幺]+")
+
+
+def strip_prompt_echo(text: str) -> str:
+    """``text`` without the prompt Whisper sometimes writes after what it heard ("王山文以下是
+    普通话的句子。" for an unclear "我想问一下那个"): the words heard before it are kept."""
+    return text.replace(_PROMPT_BODY + "。", "").replace(_PROMPT_BODY, "")
 
 
 def cut_char_repetition(text: str) -> str:
@@ -158,10 +165,11 @@ class MultilingualWhisperAsr(WhisperAsr):
             return ""
         if language != "zh":
             return cut_repetition(text)
+        text = strip_prompt_echo(self._simplified(text))
         bare = text.strip(" 。，！？.")
         if not bare or bare in ZH_PROMPT or ZH_PROMPT.startswith(bare):
             return ""  # the prompt echoed back on silence or noise
-        text = cut_char_repetition(cut_repetition(self._simplified(text)))
+        text = cut_char_repetition(cut_repetition(text))
         return self._itn(text) if self._itn is not None else text
 
     def _join(self, texts: list[str], language: str) -> str:
