@@ -1,14 +1,14 @@
 """``python -m loadtest.hesitation``: does kefu let a hesitating caller finish?
 
-The set (loadtest/eval/hesitation_en.jsonl): callers who pause mid-sentence (``hesitant``),
-read out lists (``list``) or spell numbers in groups (``spelled``), and controls without a
-pause (``complete`` statements and questions, ``short`` answers). Piper speaks each segment
-(cached per text, :mod:`loadtest.voice_cache` folder ``hesitation``: reruns
-hear the same audio); segments are trimmed to their voice and joined by the pauses over -60
-dBFS noise, 0.3 s before, 1.5 s after (up to 5 s more while a turn is open). 20 ms chunks go
-in real time (the speculative decode races the audio) to a fresh :class:`Listener` per item
-(Silero VAD, one Whisper tiny.en for all, default config, ``speculative=True``). Times are on
-the audio's clock, 0 ms at its first sample. Scores: :class:`Outcome`, :func:`summarize`.
+The sets (loadtest/eval/hesitation_en.jsonl, ``--lang zh``: hesitation_zh.jsonl): callers
+who pause mid-sentence (``hesitant``), read out lists (``list``) or spell numbers in groups
+(``spelled``), and controls without a pause (``complete`` statements and questions, ``short``
+answers). Each item is spoken as :mod:`loadtest.hesitation_audio` says (piper for English, a
+Kokoro voice that is not kefu's for Mandarin). 20 ms chunks go in real time (the speculative
+decode races the audio) to a fresh :class:`Listener` per item (Silero VAD, one Whisper for
+all: tiny.en, or the multilingual base for Mandarin; default config, ``speculative=True``).
+Times are on the audio's clock, 0 ms at its first sample. Scores: :class:`Outcome`,
+:func:`summarize`; Mandarin transcripts are scored by characters.
 """
 
 from __future__ import annotations
@@ -16,12 +16,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import functools
 import json
 import re
 import sys
 import time
-import zlib
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -29,21 +27,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
 
-from loadtest.voice_cache import cached_audio
+from loadtest.hesitation_audio import SR, stimulus
 
 SET_PATH = Path(__file__).resolve().parent / "eval" / "hesitation_en.jsonl"
+SET_PATHS = {"en": SET_PATH, "zh": SET_PATH.with_name("hesitation_zh.jsonl")}
 KINDS = ("hesitant", "list", "spelled", "complete", "short")
 PAUSED_KINDS = ("hesitant", "list", "spelled")
 SPLITS = ("dev", "heldout")
-SR = 16000
 FRAME = 320  # 20 ms
-LEAD_S, TAIL_S, OVERTIME_S = 0.3, 1.5, 5.0
-NOISE_DBFS = -60.0
-TRIM_DB = 45.0  # a segment's voice: its 10 ms frames within this of the loudest one
-PIPER_SPEEDS = (1.0, 0.9, 1.1)  # length_scale, by item: slow and hurried callers both occur
-_CACHE_VERSION = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,63 +89,6 @@ def check_items(items: Sequence[Item]) -> list[str]:
         }
         problems += [f"{it.id}: {what}" for what, bad in checks.items() if bad]
     return problems
-
-
-# -- audio -----------------------------------------------------------------------------------
-
-
-@functools.cache
-def _piper() -> Any:
-    """Piper's en_US joe voice, loaded at the first text that is not cached yet."""
-    from kefu.ai_bridge.listen.heldout import piper_voice
-
-    return piper_voice()
-
-
-def spoken(text: str, length_scale: float = 1.0) -> NDArray[np.int16]:
-    """Piper's 16 kHz audio of ``text``: its own noise draw, cached, so the same every run."""
-    from kefu.ai_bridge.listen.heldout import speak
-
-    key = json.dumps([_CACHE_VERSION, "joe-us", text, length_scale])
-    return cached_audio("hesitation", key, lambda: speak(_piper(), text, length_scale=length_scale))
-
-
-def trim(pcm: NDArray[np.int16]) -> NDArray[np.int16]:
-    """``pcm`` cut to its voice: the 10 ms frames within :data:`TRIM_DB` of the loudest."""
-    n = len(pcm) // 160
-    rms = np.sqrt(np.mean(pcm[: n * 160].astype(np.float64).reshape(n, 160) ** 2, axis=1))
-    loud = np.flatnonzero(rms >= max(rms.max(initial=0.0) * 10 ** (-TRIM_DB / 20), 30.0))
-    return pcm[int(loud[0]) * 160 : (int(loud[-1]) + 1) * 160] if loud.size else pcm
-
-
-@dataclass(frozen=True, slots=True)
-class Stimulus:
-    audio: NDArray[np.int16]
-    spans: tuple[tuple[float, float], ...]
-    """Each segment's voice (start, end), in seconds of the audio."""
-    tail_end: int
-    """Sample where the trailing silence ends; noise follows while a turn is still open."""
-
-
-def stimulus(item: Item) -> Stimulus:
-    """The item as a caller says it: segments, pauses, lead and tail, over faint noise."""
-    seed = zlib.crc32(item.id.encode())
-    scale = PIPER_SPEEDS[seed % len(PIPER_SPEEDS)]
-    parts = [np.zeros(int(LEAD_S * SR), np.int16)]
-    spans = []
-    at = len(parts[0])
-    for i, text in enumerate(item.segments):
-        if i:
-            parts.append(np.zeros(int(item.pauses_ms[i - 1] * SR / 1000), np.int16))
-            at += len(parts[-1])
-        parts.append(trim(spoken(text, scale)))
-        spans.append((at / SR, (at + len(parts[-1])) / SR))
-        at += len(parts[-1])
-    parts.append(np.zeros(int((TAIL_S + OVERTIME_S) * SR), np.int16))
-    audio = np.concatenate(parts).astype(np.float64)
-    audio += np.random.default_rng(seed).normal(0.0, 32768 * 10 ** (NOISE_DBFS / 20), len(audio))
-    pcm = np.clip(np.round(audio), -32768, 32767).astype(np.int16)
-    return Stimulus(pcm, tuple(spans), at + int(TAIL_S * SR))
 
 
 # -- one item through the Listener -----------------------------------------------------------
@@ -214,10 +149,18 @@ class Outcome:
 
 
 _NUMS = "zero one two three four five six seven eight nine".split()
+_ZH_DIGITS = str.maketrans("零〇一幺二两三四五六七八九", "0011223456789")
+"""Digits said one by one ("幺三八") and written ("138") score alike."""
 
 
-def words(text: str) -> list[str]:
-    """Lower-case words, digits one by one as words ("471" and "four seven one" agree)."""
+def words(text: str, lang: str = "en") -> list[str]:
+    """Lower-case words, digits one by one as words ("471" and "four seven one" agree); for
+    Mandarin, its characters and digits one by one (punctuation and spaces dropped)."""
+    if lang == "zh":
+        from kefu.ai_bridge.listen.itn_zh import inverse_normalize_zh
+
+        text = inverse_normalize_zh(text).lower().translate(_ZH_DIGITS)
+        return re.findall(r"[\u4e00-\u9fff0-9a-z]", text)
     text = re.sub(r"\d", lambda m: f" {_NUMS[int(m.group())]} ", text.lower())
     text = re.sub(r"\boh\b", "zero", text.replace("-", " "))
     return re.sub(r"[^a-z' ]+", " ", text).split()
@@ -227,13 +170,13 @@ def _ms(seconds: float) -> float:
     return round(seconds * 1000, 1)
 
 
-async def run_item(item: Item, asr: Any, speed: float = 1.0) -> Outcome:
+async def run_item(item: Item, asr: Any, speed: float = 1.0, lang: str = "en") -> Outcome:
     """Feed one item to a fresh Listener in (``speed`` x) real time; score its events."""
     from kefu.ai_bridge.listen.heldout import _error_rate
     from kefu.ai_bridge.listen.listener import EndOfTurn, FinalTranscript, Listener, SpeechStarted
     from kefu.ai_bridge.listen.vad import SileroVad
 
-    stim = stimulus(item)
+    stim = stimulus(item, lang)
     loop = asyncio.get_running_loop()
     rec = _Recording(asr)
     vad = await loop.run_in_executor(None, SileroVad)
@@ -243,7 +186,7 @@ async def run_item(item: Item, asr: Any, speed: float = 1.0) -> Outcome:
         return t0 + (loop.time() - t0) * speed
 
     listener = Listener(
-        rec, vad=vad, asr_language="en", speculative=True, clock=clock, call_id=item.id
+        rec, vad=vad, asr_language=lang, speculative=True, clock=clock, call_id=item.id
     )
     events: list[Any] = []
 
@@ -299,7 +242,7 @@ async def run_item(item: Item, asr: Any, speed: float = 1.0) -> Outcome:
         None if last is None else last.reason,
         None if last is None else round(last.speech_end_ms - true_end, 1),
         transcript,
-        round(_error_rate(words(" ".join(item.segments)), words(transcript)), 3),
+        round(_error_rate(words(" ".join(item.segments), lang), words(transcript, lang)), 3),
         _ms(late),
         ends,
         finals,
@@ -315,23 +258,27 @@ async def _idle(asr: Any) -> None:
         await asyncio.wrap_future(decodes.submit(lambda: None))
 
 
-def load_asr() -> Any:
+def load_asr(lang: str = "en") -> Any:
+    """Whisper tiny.en, or for Mandarin the multilingual base kefu hears Mandarin with."""
     from kefu.ai_bridge.listen.asr.whisper import WhisperAsr
+    from kefu.ai_bridge.listen.asr.whisper_multi import MultilingualWhisperAsr
 
-    asr = WhisperAsr()
+    asr = MultilingualWhisperAsr() if lang == "zh" else WhisperAsr()
     if not asr.ready:
         raise RuntimeError(asr.error)
     asr.transcribe_sync(np.zeros(SR, np.int16))  # warm-up: the first decode allocates
     return asr
 
 
-async def run_items(items: Sequence[Item], asr: Any = None, speed: float = 1.0) -> list[Outcome]:
+async def run_items(
+    items: Sequence[Item], asr: Any = None, speed: float = 1.0, lang: str = "en"
+) -> list[Outcome]:
     """Each item in turn; the ASR is loaded (and closed) here when not given."""
     own = asr is None
     if asr is None:
-        asr = await asyncio.get_running_loop().run_in_executor(None, load_asr)
+        asr = await asyncio.get_running_loop().run_in_executor(None, load_asr, lang)
     try:
-        return [await run_item(it, asr, speed) for it in items]
+        return [await run_item(it, asr, speed, lang) for it in items]
     finally:
         if own:
             asr.close()
@@ -377,17 +324,18 @@ def summarize(outs: Sequence[Outcome], items: Sequence[Item] = ()) -> dict[str, 
 
 
 def evaluate(
-    split: str = "dev", limit: int | None = None, speed: float = 1.0
+    split: str = "dev", limit: int | None = None, speed: float = 1.0, lang: str = "en"
 ) -> tuple[dict[str, Any], list[Outcome]]:
-    items = spread(load_items(SET_PATH, split), limit)
+    items = spread(load_items(SET_PATHS[lang], split), limit)
     t0 = time.monotonic()
-    outs = asyncio.run(run_items(items, speed=speed))
-    summary = {"split": split, "speed": speed, **summarize(outs, items)}
+    outs = asyncio.run(run_items(items, speed=speed, lang=lang))
+    summary = {"lang": lang, "split": split, "speed": speed, **summarize(outs, items)}
     summary["wall_s"] = round(time.monotonic() - t0, 1)
     return summary, outs
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--lang", default="en", choices=tuple(SET_PATHS))
     parser.add_argument("--split", default="dev", choices=("dev", "heldout", "all"))
     parser.add_argument("--limit", type=int, default=None, help="N items, the kinds in turn")
     parser.add_argument("--json", dest="json_out", help="also write the full report here")
@@ -398,7 +346,7 @@ def main(args: argparse.Namespace) -> int:
     from kefu.mediaserver.logs import configure_logging
 
     configure_logging("warning")
-    summary, outs = evaluate(args.split, args.limit, args.speed)
+    summary, outs = evaluate(args.split, args.limit, args.speed, args.lang)
     print(json.dumps(summary, separators=(",", ":")))
     if args.json_out:
         report = {"summary": summary, "items": [asdict(o) for o in outs]}

@@ -11,6 +11,7 @@ import pytest
 from loadtest.hesitation import (
     KINDS,
     PAUSED_KINDS,
+    SET_PATHS,
     SPLITS,
     Item,
     check_items,
@@ -42,6 +43,18 @@ def test_the_set_is_well_formed() -> None:
     assert {it.kind for it in heldout} == set(KINDS)  # every kind is held out too
     assert len(load_items(split="dev")) == len(items) - len(heldout)
     assert [it.kind for it in spread(items, 5)] == list(KINDS)  # --limit: the kinds in turn
+
+
+def test_the_mandarin_set_is_well_formed() -> None:
+    items = load_items(SET_PATHS["zh"])
+    assert check_items(items) == []
+    assert {it.kind for it in items} == set(KINDS)
+    heldout = [it for it in items if it.split == "heldout"]
+    assert {it.kind for it in heldout} == set(KINDS)
+    assert all(any("\u4e00" <= c <= "\u9fff" for c in "".join(it.segments)) for it in items)
+    # Mandarin is scored by characters, digits said one by one as digits written
+    assert words("订单号幺三八，六七。", "zh") == [*"订单号", *"13867"]
+    assert words("订单号 138 67", "zh") == [*"订单号", *"13867"]
 
 
 def test_check_items_names_what_is_wrong() -> None:
