@@ -30,12 +30,7 @@ loop.
 Mandarin's tones mask intonation, so Mandarin is judged on words alone (:func:`_judge_zh`): a
 question (mark or particle) is complete; a trailing continuation word or comma, or a number
 being read out ("我的订单号是", "手机号一三九，零二一八"), is open; a short answer ("好的",
-"不用了，谢谢") or a sentence of four hanzi or more that Whisper closed with a full stop is a
-statement, unless it opens on "因为/如果..." and has no main clause yet. Measured with
-``python -m loadtest hesitation --lang zh`` (a Kokoro voice that is not kefu's): finished
-turns end ~100 ms sooner (complete p50 447 -> 342 ms held out) and as many hesitant callers
-are cut off as before (39 of 44 either way: Whisper base mishears that voice, CER ~40 %, so
-the words it cuts on are often not the caller's).
+"不用了，谢谢") is a statement; any other statement keeps the plain wait (see there why).
 """
 
 from __future__ import annotations
@@ -104,16 +99,11 @@ ZH_SHORT_ANSWERS = frozenset(
 """Mandarin answers that are whole in one to four characters ("行，谢谢你": each part)."""
 ZH_SOFTENERS = "啊呀哈哦嘛啦呢"
 """Particles that soften a short answer without changing it ("谢谢啊", "好的呀")."""
-ZH_SUBORDINATE = ("因为", "如果", "要是", "虽然", "假如", "只要", "既然", "除了", "等到")
-"""A turn that opens with these and has no second clause yet is waiting for its main one
-(Whisper writes "因为我明天不在家。" with a full stop all the same)."""
 ZH_NUMBER_CUES = (
     "号", "号码", "单号", "订单", "手机", "电话", "尾号", "验证码", "卡号", "编号", "后四位",
     "密码", "身份证",
 )  # fmt: skip
 """What a number read out in groups follows ("我的订单号是", "手机号一三九，零二一八")."""
-ZH_MIN_STATEMENT = 4
-"""Hanzi a Mandarin statement needs before its full stop is believed."""
 _ZH_DIGITS = "0123456789零〇一幺二两三四五六七八九"
 _ZH_CODE = _ZH_DIGITS + " ，,-"
 _ZH_CUE_IS = tuple(cue + mark for cue in ZH_NUMBER_CUES for mark in ("是", "：", ":"))
@@ -199,8 +189,10 @@ def _final_pitch(audio: NDArray[np.int16] | None) -> float | None:
 def _judge_zh(text: str) -> TurnJudgement:
     """Mandarin on words alone: its tones mask the final pitch. A trailing comma or
     continuation word, or a number being read out, is open; a question is complete; a short
-    answer, or a sentence of four hanzi or more that Whisper closed with a full stop and that
-    does not open on "因为/如果..." without its main clause, is a statement."""
+    answer is a statement. A longer statement keeps the plain wait even when Whisper closed
+    it with a full stop: Mandarin callers often set the scene before they ask ("我退货好几天
+    了，| 钱什么时候能退回来？"), the pause at that comma can pass 350 ms, and Whisper then
+    writes "。" where the comma was."""
     stripped = text.rstrip()
     body = stripped.rstrip("？?。！!，,、 ")
     if stripped.endswith(("，", ",", "、", "…")) or body.endswith(ZH_OPEN):
@@ -212,11 +204,7 @@ def _judge_zh(text: str) -> TurnJudgement:
     parts = [p.rstrip(ZH_SOFTENERS) or p for p in re.split(r"[，,。！!\s]+", body) if p]
     if parts and all(p in ZH_SHORT_ANSWERS for p in parts):
         return TurnJudgement(TurnCue.STATEMENT, "short_answer")
-    hanzi = len(_CJK.findall(body))
-    subordinate = body.startswith(ZH_SUBORDINATE) and not re.search(r"[，,]", body)
-    if stripped.endswith(("。", "！", "!")) and hanzi >= ZH_MIN_STATEMENT and not subordinate:
-        return TurnJudgement(TurnCue.STATEMENT, "zh_statement")
-    return TurnJudgement(TurnCue.UNSURE, "zh_no_full_stop")
+    return TurnJudgement(TurnCue.UNSURE, "zh_statement")
 
 
 def _zh_reading_number(body: str) -> bool:
