@@ -38,6 +38,7 @@ STYLES = {
     "out_of_scope",
     "near_domain",
     "near_kb",
+    "plain",
 }
 KEYS = {"text", "lang", "expect", "split", "style"}
 MIN_ITEMS = {"en": 300, "zh": 150}
@@ -67,7 +68,8 @@ def test_schema_and_counts(lang: str) -> None:
     texts = [it["text"] for it in items]
     assert len(set(texts)) == len(texts), "duplicate utterances"
     for it in items:
-        assert KEYS <= set(it) <= KEYS | {"accept"}, it
+        assert KEYS <= set(it) <= KEYS | {"accept", "batch"}, it
+        assert it.get("batch", 1) in (1, 2), it
         assert it["lang"] == lang
         assert isinstance(it["text"], str) and it["text"] == it["text"].strip() and it["text"]
         assert it["split"] in ("dev", "heldout")
