@@ -85,3 +85,12 @@ def too_close(hits: Sequence[Hit], low_confidence: float) -> bool:
         and b.confidence >= low_confidence
         and a.score - b.score < CHOICE_MARGIN
     )
+
+
+def too_close_in_either(
+    hits: Sequence[Hit], retrieved: Sequence[Hit], low_confidence: float
+) -> bool:
+    """:func:`too_close` on the re-ranked ``hits`` or on the ``retrieved`` ranking they came
+    from: a close call for either scorer is asked about (the options are ``hits``' top two),
+    so re-ranking never turns a question the retriever could not settle into a guess."""
+    return too_close(hits, low_confidence) or too_close(retrieved, low_confidence)

@@ -37,8 +37,10 @@ EN_MIN_COSINE = 0.45
 ZH_MIN_SIMILARITY = 0.30
 # multilingual-e5 cosines are compressed into ~0.75-1.0: unrelated turns sit near 0.8-0.85.
 E5_MIN_COSINE = 0.86
+# Social turns: answered by canned replies, never by the knowledge base.
+SOCIAL_INTENTS = frozenset({"greeting", "thanks", "goodbye", "affirm", "deny"})
 # Labels whose examples are not questions the knowledge base answers.
-_NOT_TOPICS = frozenset({OUT_OF_SCOPE, "greeting", "thanks", "goodbye", "affirm", "deny"})
+_NOT_TOPICS = SOCIAL_INTENTS | {OUT_OF_SCOPE}
 _K = 3
 
 # (intent, lang, pattern). Anchored patterns only fire on short, formulaic turns.
@@ -134,6 +136,8 @@ class IntentClassifier:
         for intent, langs in ex.items():
             en.extend((intent, t) for t in langs.get("en", ()))
             zh.extend((intent, t) for t in langs.get("zh", ()))
+        # The first rows of each language are the examples, the KB phrasings follow.
+        self._n_examples = {"en": len(en), "zh": len(zh)}
         for e in kb_entries:
             if e.intent:
                 (zh if e.lang == "zh" else en).extend((e.intent, q) for q in e.phrasings())
@@ -170,6 +174,15 @@ class IntentClassifier:
             np.save(tmp, vectors)
             os.replace(tmp, path)
         return vectors
+
+    def labelled_examples(self, lang: str) -> list[tuple[str, NDArray[Any]]]:
+        """(intent, vector) of every data/intents.json example of ``lang`` (KB phrasings
+        not included); empty without vectors for the language."""
+        vectors = self._vectors.get(lang)
+        if vectors is None:
+            return []
+        n = self._n_examples[lang]
+        return list(zip(self._labels[lang][:n], vectors[:n], strict=True))
 
     def rule(self, text: str, lang: str) -> str | None:
         s = text.strip().lower()

@@ -11,8 +11,10 @@ Decision order for a turn (first match wins):
 6. follow-ups ("and how long does it take?") are retrieved together with the last question;
 7. retrieval (multilingual-e5 + BM25, both languages) of the turn without its fillers
    (text.clean_query); an off-topic example about as near as the best KB phrasing, or a
-   confidence (off-topic distance included) below LOW_CONFIDENCE → offer a colleague, never
-   an invented answer; the best two too close to call → ask which one;
+   confidence (off-topic distance included) below LOW_CONFIDENCE, unless the learned scorer
+   (learned.py) vouches for the best hit → offer a colleague, never an invented answer; the
+   hits are re-ranked by the learned scorer, and the best two too close to call in either
+   ranking → ask which one;
 8. an answer template needing a slot we lack (``{order_number}``) → ask for it;
 9. an LLM, when configured, rephrases from the retrieved passages; if it fails or misses its
    budget before its first sentence, the knowledge-base answer is spoken instead.
@@ -31,9 +33,9 @@ import asyncio
 import datetime as dt
 import re
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Executor
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -45,16 +47,20 @@ from .e5 import E5Embedder
 from .embed import Embedder, TextEncoder
 from .intents import OUT_OF_SCOPE, UNKNOWN, IntentClassifier, IntentResult
 from .kb import KbEntry, KnowledgeBase
-from .llm import NO_ANSWER, LlmClient, LlmError, build_messages
+from .learned import LearnedScorer
+from .llm import LlmClient
+from .llm_answer import llm_answer
 from .phrases import say
+from .plan import SOURCES, Plan, Reply, iterate
 from .retrieval import LOW_CONFIDENCE, Hit, HybridRetriever, Retriever
 from .slots import display, extract_slots
 from .state import CallLocks, DialogState, MemorySessionStore, SessionStore
 from .text import clean_query, detect_lang, split_sentences, warm_up
 
+__all__ = ["SOURCES", "DialogManager", "Reply"]
+
 log = structlog.get_logger(__name__)
 
-SOURCES = ("kb", "llm", "fallback", "handoff", "clarify", "greeting")
 _SOCIAL = ("greeting", "thanks", "goodbye")
 # An off-topic example nearer than the best KB phrasing minus this is a reason to abstain.
 OOS_MARGIN = 0.01
@@ -64,54 +70,6 @@ _FOLLOWUP_EN = re.compile(
     r"^\s*(and|also|so|what about|how about|then)\b|\b(it|that|this|they|them)\b", re.I
 )
 _FOLLOWUP_ZH = re.compile(r"^\s*(那|那么|还有|另外|然后)|它|这个|那个")
-
-
-@dataclass(frozen=True, slots=True)
-class Reply:
-    """The bot's answer to one caller turn."""
-
-    intent: str
-    """Classified intent of the turn (or of the question a slot answer completed)."""
-    slots: Mapping[str, str]
-    """All slots known for the call after this turn (normalised; see slots.py)."""
-    source: str
-    """One of SOURCES: where the words come from."""
-    confidence: float
-    """Retrieval confidence of the answer (1.0 for rule-based replies)."""
-    handoff: bool
-    """True when the call should go to a human agent now."""
-    kb_ids: tuple[str, ...]
-    """Knowledge-base entries the answer is grounded on."""
-    sentences: AsyncIterator[str]
-    """The answer, sentence by sentence (LLM replies stream)."""
-    lang: str = "en"
-    """Language of the answer."""
-    chosen_ms: float = 0.0
-    """Time from the turn's text to this Reply (answer chosen; first LLM sentence included)."""
-
-    async def aclose(self) -> None:
-        """Stop the answer (barge-in): closes an LLM stream still in flight."""
-        aclose = getattr(self.sentences, "aclose", None)
-        if aclose is not None:
-            await aclose()
-
-
-@dataclass(slots=True)
-class _Plan:
-    source: str
-    intent: str
-    state: DialogState
-    lang: str
-    confidence: float = 1.0
-    handoff: bool = False
-    sentences: list[str] = field(default_factory=list)
-    hits: list[KbEntry] = field(default_factory=list)
-    query: str = ""
-
-
-async def _iterate(items: list[str]) -> AsyncIterator[str]:
-    for s in items:
-        yield s
 
 
 class DialogManager:
@@ -128,6 +86,7 @@ class DialogManager:
         executor: Executor | None = None,
         low_confidence: float = LOW_CONFIDENCE,
         today: Callable[[], dt.date] = dt.date.today,
+        scorer: LearnedScorer | None = None,
     ) -> None:
         self.retriever = retriever
         self.intents = intents
@@ -137,6 +96,7 @@ class DialogManager:
         self.executor = executor
         self.low_confidence = low_confidence
         self.today = today
+        self.scorer = scorer
         self.ready = True
         self.error: str | None = None if self.embedder else "embedder unavailable: BM25 only"
         self._locks = CallLocks()
@@ -168,6 +128,7 @@ class DialogManager:
             kb = KnowledgeBase.default(cache_dir, embedder)
         kb = kb.with_vectors(embedder)
         intents = IntentClassifier(embedder, kb_entries=kb.entries, cache_dir=cache_dir)
+        kwargs.setdefault("scorer", LearnedScorer.for_dialog(kb, intents, cache_dir=cache_dir))
         return cls(HybridRetriever(kb, embedder), intents, embedder, **kwargs)  # type: ignore[arg-type]
 
     async def end_call(self, call_id: str) -> None:
@@ -194,9 +155,10 @@ class DialogManager:
             blog = log.bind(call_id=call_id, turn_id=plan.state.turns)
             sentences: AsyncIterator[str]
             if plan.source == "llm":
-                plan, sentences = await self._llm_answer(plan, state.history, blog)
+                assert self.llm is not None
+                plan, sentences = await llm_answer(self.llm, plan, state.history, blog)
             else:
-                sentences = _iterate(plan.sentences)
+                sentences = iterate(plan.sentences)
             await self.store.put(plan.state)
         chosen_ms = (time.perf_counter() - t0) * 1000
         blog.info(
@@ -222,7 +184,7 @@ class DialogManager:
 
     # --- synchronous planning (runs in the executor) -----------------------------------
 
-    def _plan(self, text: str, lang: str, state: DialogState) -> _Plan:
+    def _plan(self, text: str, lang: str, state: DialogState) -> Plan:
         expect = state.pending_slot or None
         new_slots = extract_slots(text, today=self.today(), expect=expect)
         # Rules first: formulaic turns ("yes", "agent") then skip the embedding.
@@ -256,12 +218,12 @@ class DialogManager:
             handoff: bool = False,
             confidence: float = 1.0,
             state: DialogState = cleared,
-        ) -> _Plan:
-            return _Plan(
+        ) -> Plan:
+            return Plan(
                 source, intent, state, lang, confidence, handoff, sentences=[say(key, lang)]
             )
 
-        def fallback(intent: str, conf: float) -> _Plan:
+        def fallback(intent: str, conf: float) -> Plan:
             return canned(
                 "fallback",
                 "fallback",
@@ -302,7 +264,8 @@ class DialogManager:
             return canned("clarify", "what", ir.intent)
 
         qvec = vector if query == topic else self._embed(query, lang)
-        hits = self.retriever.search(query, vector=qvec, lang=lang, k=10)
+        raw = self.retriever.search(query, vector=qvec, lang=lang, k=10)
+        hits = self.scorer.rerank(raw, qvec, lang) if self.scorer is not None else raw
         if followup:
             # A follow-up asks something new about the last topic: not the answer just given.
             hits = [h for h in hits if h.entry.id not in state.last_kb_ids] or hits
@@ -326,14 +289,20 @@ class DialogManager:
             scoped = getattr(self.retriever, "scoped_confidence", None)
             sc = scoped(hits[0], off_topic, lang, near) if scoped is not None else None
             conf = conf if sc is None else sc
+        if best is not None and conf < self.low_confidence and self._vouched(best, qvec, lang):
+            conf = self.low_confidence
         if best is None or conf < self.low_confidence:
             return fallback(ir.intent, conf)
         calibrated = getattr(self.retriever, "calibrated", False)
-        if calibrated and not (followup or resumed) and choice.too_close(hits, self.low_confidence):
+        if (
+            calibrated
+            and not (followup or resumed)
+            and choice.too_close_in_either(hits, raw, self.low_confidence)
+        ):
             a, b = hits[0].entry, hits[1].entry
             asked = replace(cleared, pending_choice=(a.id, b.id), pending_choice_query=query)
             intent = a.intent if a.intent == b.intent else ir.intent
-            return _Plan("clarify", intent, asked, lang, conf, sentences=[choice.ask(a, b, lang)])
+            return Plan("clarify", intent, asked, lang, conf, sentences=[choice.ask(a, b, lang)])
         return self._answer(best, conf, hits, query, ir, st, cleared)
 
     async def prefetch(self, text: str, *, lang: str | None = None) -> None:
@@ -346,6 +315,10 @@ class DialogManager:
         topic = clean_query(text, lang)
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self.executor, self._embed, topic, lang)
+
+    def _vouched(self, entry: KbEntry, vector: NDArray[Any] | None, lang: str) -> bool:
+        """Near no single phrasing, but the learned scorer places the turn in ``entry``."""
+        return self.scorer is not None and self.scorer.vouches(entry.id, vector, lang)
 
     def _embed(self, text: str, lang: str) -> NDArray[Any] | None:
         if self.embedder is not None and lang in self.embedder.languages:
@@ -361,13 +334,13 @@ class DialogManager:
         ir: IntentResult,
         st: DialogState,
         cleared: DialogState,
-    ) -> _Plan:
+    ) -> Plan:
         lang = st.lang
         done = replace(
             cleared, last_intent=best.intent or ir.intent, last_query=query, last_kb_ids=(best.id,)
         )
         if best.intent == "human_agent":
-            return _Plan(
+            return Plan(
                 "handoff",
                 "human_agent",
                 done,
@@ -387,7 +360,7 @@ class DialogManager:
                 pending_intent=best.intent or ir.intent,
                 pending_query=query,
             )
-            return _Plan(
+            return Plan(
                 "clarify",
                 best.intent or ir.intent,
                 asked,
@@ -398,7 +371,7 @@ class DialogManager:
         answer = _PLACEHOLDER.sub(lambda m: display(slots, m[1], lang) or m[0], best.answer)
         passages = [best] + [h.entry for h in hits if h.entry is not best][:2]
         source = "llm" if self.llm is not None else "kb"
-        return _Plan(
+        return Plan(
             source,
             best.intent or ir.intent,
             done,
@@ -415,50 +388,3 @@ class DialogManager:
         if lang == "zh":
             return len(text) <= 12 and _FOLLOWUP_ZH.search(text) is not None
         return len(text.split()) <= 8 and _FOLLOWUP_EN.search(text) is not None
-
-    # --- LLM path ----------------------------------------------------------------------
-
-    async def _llm_answer(
-        self,
-        plan: _Plan,
-        history: tuple[tuple[str, str], ...],
-        blog: structlog.typing.FilteringBoundLogger,
-    ) -> tuple[_Plan, AsyncIterator[str]]:
-        assert self.llm is not None
-        messages = build_messages(plan.query, plan.hits[:3], plan.lang, history)
-        stream = self.llm.stream_sentences(messages)
-        # The client enforces the first-token deadline; this outer guard also bounds the wait
-        # for the first full sentence so a trickling server cannot stall the turn.
-        guard = self.llm.config.first_token_timeout_s + 1.0
-        try:
-            first = await asyncio.wait_for(anext(stream), guard)
-        except (LlmError, StopAsyncIteration, TimeoutError) as exc:
-            await stream.aclose()
-            blog.warning("dialog.llm_fallback", error=str(exc) or type(exc).__name__)
-            return replace(plan, source="kb", hits=plan.hits[:1]), _iterate(plan.sentences)
-        except BaseException:
-            await stream.aclose()
-            raise
-        if first.strip().startswith(NO_ANSWER):
-            await stream.aclose()
-            st = replace(plan.state, offered_handoff=True, last_query="", last_kb_ids=())
-            return replace(plan, source="fallback", state=st, hits=[]), _iterate(
-                [say("fallback", plan.lang)]
-            )
-        return plan, self._continue(first, stream, blog)
-
-    @staticmethod
-    async def _continue(
-        first: str, stream: AsyncGenerator[str, None], blog: structlog.typing.FilteringBoundLogger
-    ) -> AsyncIterator[str]:
-        try:
-            yield first
-            async for s in stream:
-                yield s
-        except LlmError as exc:
-            # Sentences already spoken cannot be unsaid; end the answer where it broke.
-            blog.warning("dialog.llm_broke_midway", error=str(exc))
-        finally:
-            aclose = getattr(stream, "aclose", None)
-            if aclose is not None:
-                await aclose()

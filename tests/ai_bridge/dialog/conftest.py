@@ -22,6 +22,7 @@ from kefu.ai_bridge.dialog.e5 import E5Embedder  # noqa: E402
 from kefu.ai_bridge.dialog.embed import Embedder  # noqa: E402
 from kefu.ai_bridge.dialog.intents import IntentClassifier  # noqa: E402
 from kefu.ai_bridge.dialog.kb import KnowledgeBase  # noqa: E402
+from kefu.ai_bridge.dialog.learned import LearnedScorer  # noqa: E402
 from kefu.ai_bridge.dialog.manager import DialogManager  # noqa: E402
 from kefu.ai_bridge.dialog.retrieval import HybridRetriever  # noqa: E402
 from kefu.ai_bridge.dialog.text import warm_up  # noqa: E402
@@ -67,11 +68,21 @@ def retriever(default_kb: KnowledgeBase, e5: E5Embedder) -> HybridRetriever:
     return HybridRetriever(default_kb, e5)
 
 
+@pytest.fixture(scope="session")
+def scorer(
+    default_kb: KnowledgeBase, classifier: IntentClassifier, cache_dir: Path
+) -> LearnedScorer:
+    learned = LearnedScorer.for_dialog(default_kb, classifier, cache_dir=cache_dir)
+    assert learned is not None
+    return learned
+
+
 @pytest.fixture
 def manager(
-    retriever: HybridRetriever, classifier: IntentClassifier, e5: E5Embedder
+    retriever: HybridRetriever, classifier: IntentClassifier, e5: E5Embedder, scorer: LearnedScorer
 ) -> DialogManager:
-    return DialogManager(retriever, classifier, e5, today=lambda: TODAY)
+    """The manager as DialogManager.build makes it (learned scorer included)."""
+    return DialogManager(retriever, classifier, e5, today=lambda: TODAY, scorer=scorer)
 
 
 # --- a local OpenAI-compatible chat server on 127.0.0.1 (test double for the LLM seam) ---

@@ -1,0 +1,203 @@
+"""The learned scorer (learned.py): softmax regression over e5 vectors, re-ranking the hits.
+
+The utterances here are written for these tests; none is in loadtest/eval, intents.json or
+the KB.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kefu.ai_bridge.dialog import choice
+from kefu.ai_bridge.dialog.e5 import E5Embedder
+from kefu.ai_bridge.dialog.intents import OUT_OF_SCOPE, IntentClassifier
+from kefu.ai_bridge.dialog.kb import KbEntry, KnowledgeBase
+from kefu.ai_bridge.dialog.learned import (
+    RERANK_WEIGHT,
+    SOCIAL,
+    LearnedScorer,
+    SoftmaxModel,
+    train_softmax,
+    training_set,
+)
+from kefu.ai_bridge.dialog.manager import DialogManager
+from kefu.ai_bridge.dialog.retrieval import Hit, HybridRetriever
+
+# --- the regression itself ----------------------------------------------------------------
+
+
+def test_softmax_learns_separable_classes_and_generalises() -> None:
+    rng = np.random.default_rng(7)
+    centres = rng.normal(size=(3, 16))
+    x = np.concatenate([c + 0.3 * rng.normal(size=(20, 16)) for c in centres])
+    y = np.repeat(np.eye(3), 20, axis=0)
+    model = train_softmax(x, y, ("a", "b", "c"))
+    # Points never seen in training, near each centre.
+    for label, c in zip("abc", centres, strict=True):
+        p = model.prob_of(c + 0.3 * rng.normal(size=16))
+        assert max(p, key=lambda k: p[k]) == label
+        assert sum(p.values()) == pytest.approx(1.0)
+
+
+def test_soft_targets_split_the_belief() -> None:
+    """An example labelled with two classes equally (an intent with two entries) leaves the
+    model undecided between them, and sure it is neither of the others."""
+    x = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+    y = np.array([[0.5, 0.5, 0.0], [0.5, 0.5, 0.0], [0.0, 0.0, 1.0]])
+    p = train_softmax(x, y, ("a", "b", "c"), l2=1e-4, steps=500).prob_of(np.array([1.0, 0.0]))
+    assert p["a"] == pytest.approx(p["b"], abs=1e-6)
+    assert p["c"] < 0.1
+
+
+def _entry(id_: str, intent: str, lang: str = "en") -> KbEntry:
+    return KbEntry(id=id_, question=id_, answer="...", intent=intent, lang=lang)
+
+
+def test_training_set_labels_phrasings_intents_and_out_of_scope() -> None:
+    entries = [_entry("a", "billing"), _entry("b", "billing"), _entry("z", "billing", "zh")]
+    vecs = np.eye(4, 3)
+    x, y, labels = training_set(
+        entries,
+        vecs[:3],
+        [0, 1, 2],
+        [("billing", vecs[3]), (OUT_OF_SCOPE, vecs[0]), ("thanks", vecs[1]), ("other", vecs[2])],
+        "en",
+    )
+    assert labels == ("a", "b", OUT_OF_SCOPE, SOCIAL)
+    # a's phrasing, b's phrasing, the billing example (split over a and b), OOS, social;
+    # the Chinese entry and the intent without entries are left out.
+    assert y.tolist() == [
+        [1, 0, 0, 0],
+        [0, 1, 0, 0],
+        [0.5, 0.5, 0, 0],
+        [0, 0, 1, 0],
+        [0, 0, 0, 1],
+    ]
+    assert len(x) == 5
+
+
+# --- on the shipped KB --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "lang", "entry_id"),
+    [
+        ("the same purchase shows up on my bank app two times", "en", "en-billing-double"),
+        (
+            "I keep typing my password in wrong and now it refuses to let me in",
+            "en",
+            "en-password-locked",
+        ),
+        ("whatever I do I cannot recall the password I picked", "en", "en-password-forgot"),
+        ("同一个订单银行卡被扣了两回钱", "zh", "zh-billing-double"),
+        ("我想问下你们能不能送到香港去", "zh", "zh-delivery-weekend"),
+    ],
+)
+def test_model_picks_the_right_entry_for_unseen_phrasings(
+    scorer: LearnedScorer, e5: E5Embedder, text: str, lang: str, entry_id: str
+) -> None:
+    p = scorer.models[lang].prob_of(e5.embed_one(text))
+    entries = {k: v for k, v in p.items() if k not in (OUT_OF_SCOPE, SOCIAL)}
+    assert max(entries, key=lambda k: entries[k]) == entry_id
+
+
+@pytest.mark.parametrize(
+    ("text", "lang"),
+    [("what's a good recipe for banana bread", "en"), ("帮我查一下明天的火车票", "zh")],
+)
+def test_model_knows_out_of_scope_questions(
+    scorer: LearnedScorer, e5: E5Embedder, text: str, lang: str
+) -> None:
+    p = scorer.models[lang].prob_of(e5.embed_one(text))
+    assert max(p, key=lambda k: p[k]) == OUT_OF_SCOPE
+
+
+def test_rerank_keeps_the_favourite_score_and_lowers_the_others(
+    scorer: LearnedScorer, retriever: HybridRetriever, e5: E5Embedder
+) -> None:
+    text = "the same purchase shows up on my bank app two times"
+    vec = e5.embed_one(text)
+    raw = retriever.search(text, vector=vec, lang="en", k=10)
+    hits = scorer.rerank(raw, vec, "en")
+    assert sorted(h.entry.id for h in hits) == sorted(h.entry.id for h in raw)
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    assert hits[0].entry.id == "en-billing-double"
+    before = {h.entry.id: h.score for h in raw}
+    assert hits[0].score == pytest.approx(before[hits[0].entry.id])
+    assert all(h.score <= before[h.entry.id] + 1e-9 for h in hits)
+    assert any(h.score < before[h.entry.id] - RERANK_WEIGHT for h in hits)
+    assert [h.confidence for h in hits] == [
+        next(r.confidence for r in raw if r.entry.id == h.entry.id) for h in hits
+    ]
+
+
+def test_rerank_without_a_model_or_vector_changes_nothing(
+    scorer: LearnedScorer, retriever: HybridRetriever
+) -> None:
+    raw = retriever.search("where is my parcel", lang="en", k=5)
+    assert scorer.rerank(raw, None, "en") == raw
+    assert LearnedScorer({}).rerank(raw, np.ones(384, np.float32), "en") == raw
+
+
+def test_weights_are_cached_by_content(
+    default_kb: KnowledgeBase, classifier: IntentClassifier, tmp_path: Path
+) -> None:
+    first = LearnedScorer.for_dialog(default_kb, classifier, cache_dir=tmp_path)
+    files = sorted(tmp_path.glob("learned-scorer-*.npz"))
+    assert len(files) == 2  # one per language
+    again = LearnedScorer.for_dialog(default_kb, classifier, cache_dir=tmp_path)
+    assert first is not None and again is not None
+    for lang in ("en", "zh"):
+        np.testing.assert_allclose(first.models[lang].weights, again.models[lang].weights)
+        assert first.models[lang].labels == again.models[lang].labels
+    assert sorted(tmp_path.glob("learned-scorer-*.npz")) == files
+
+
+# --- close calls: either ranking ------------------------------------------------------------
+
+
+def _hit(entry_id: str, score: float) -> Hit:
+    return Hit(_entry(entry_id, "x"), score, 0.99, 0.0, score, 1.0)
+
+
+def test_a_close_call_in_the_retrieved_ranking_is_still_asked() -> None:
+    retrieved = [_hit("a", 0.900), _hit("b", 0.898)]
+    reranked = [_hit("a", 0.900), _hit("b", 0.880)]  # the model pulled them apart
+    assert not choice.too_close(reranked, 0.45)
+    assert choice.too_close_in_either(reranked, retrieved, 0.45)
+    far = [_hit("a", 0.900), _hit("b", 0.850)]
+    assert not choice.too_close_in_either(far, far, 0.45)
+
+
+# --- vouching for a turn the retriever was unsure of ----------------------------------------
+
+
+def _scorer_sure_of(entry_id: str, logit: float) -> LearnedScorer:
+    """A model whose belief ignores the turn: ``entry_id`` at ``logit``, the out-of-scope
+    and social classes at 0 (no other entry: the ranking stays the retriever's)."""
+    labels = (entry_id, OUT_OF_SCOPE, SOCIAL)
+    bias = np.array([logit, 0.0, 0.0], np.float32)
+    zeros = np.zeros((384, 3), np.float32)
+    return LearnedScorer({"en": SoftmaxModel(labels, zeros[:, 0], 1.0, zeros, bias)})
+
+
+async def test_a_turn_the_scorer_vouches_for_is_answered_not_offered_a_colleague(
+    retriever: HybridRetriever, classifier: IntentClassifier, e5: E5Embedder
+) -> None:
+    # Near no single phrasing of the warranty claim: the retriever's confidence falls short.
+    text = "the coffee grinder died, it's under a year old"
+    sure = _scorer_sure_of("en-warranty-claim", 2.0)  # p = 0.79
+    unsure = _scorer_sure_of("en-warranty-claim", -1.0)  # p = 0.16
+    assert sure.vouches("en-warranty-claim", e5.embed_one(text), "en")
+    assert not unsure.vouches("en-warranty-claim", e5.embed_one(text), "en")
+    assert not sure.vouches("en-warranty-claim", None, "en")
+    for scorer, source in ((sure, "kb"), (unsure, "fallback"), (None, "fallback")):
+        manager = DialogManager(retriever, classifier, e5, scorer=scorer)
+        reply = await manager.respond("vouch", text, lang="en")
+        assert reply.source == source, (scorer, reply)
+        if source == "kb":
+            assert reply.kb_ids == ("en-warranty-claim",)
+            assert reply.confidence == pytest.approx(manager.low_confidence)
