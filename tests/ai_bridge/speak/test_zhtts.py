@@ -53,7 +53,9 @@ async def test_a_reply_streams_clause_by_clause_and_is_understood(engine, asr) -
     chunks = await _chunks(engine, "您好，您的订单已经发货了，预计三天内送达，请注意查收。")
     assert len(chunks) >= 3 and chunks[-1].is_last and not chunks[0].is_last
     assert len(chunks[0].text) <= 14  # a short first clause: the first packet leaves early
-    heard = _hear(asr, chunks)
+    # Each clause heard on its own: on the whole 5 s reply Whisper base sometimes stops after
+    # its second clause (a fresh clone heard "您好，您的定单已经发火灵" and nothing more).
+    heard = " ".join(_hear(asr, [chunk]) for chunk in chunks)
     # Whisper base hears kefu's own voice at ~25-30 % CER clause by clause (BENCHMARKS,
     # "Mandarin") and its int8 decode varies a character or two between runs.
     assert cer("您好，您的订单已经发货了，预计三天内送达，请注意查收。", heard) <= 0.35, heard
