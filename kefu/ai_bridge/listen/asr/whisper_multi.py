@@ -37,8 +37,8 @@ __all__ = ["MultilingualWhisperAsr", "bundled_base_files", "cut_char_repetition"
 log = structlog.get_logger(__name__)
 
 ZH_PROMPT = "以下是普通话的句子。"
-_PROMPT_BODY = ZH_PROMPT.rstrip("。")
 """Primes Simplified characters and punctuation (measured: without it, Traditional)."""
+_PROMPT_ECHO = re.compile(re.escape(ZH_PROMPT.rstrip("。")) + "。?")
 KEFU_LANGUAGES = ("zh", "en")
 _SAME_AS = {"yue": "zh"}
 SWITCH_PROB = 0.85
@@ -78,7 +78,7 @@ _NUMERIC = re.compile(r"[\d零〇一二两三四五六七八九十百千万幺]+
 def strip_prompt_echo(text: str) -> str:
     """``text`` without the prompt Whisper sometimes writes after what it heard ("王山文以下是
     普通话的句子。" for an unclear "我想问一下那个"): the words heard before it are kept."""
-    return text.replace(_PROMPT_BODY + "。", "").replace(_PROMPT_BODY, "")
+    return _PROMPT_ECHO.sub("", text)
 
 
 def cut_char_repetition(text: str) -> str:
