@@ -10,9 +10,7 @@ data/intents.json plus every phrasing of the knowledge-base entries that name an
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -23,6 +21,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from .disk_cache import cached_arrays
 from .embed import TextEncoder
 from .kb import KbEntry
 from .text import detect_lang
@@ -158,22 +157,15 @@ class IntentClassifier:
         # example texts, so only the first start after an edit pays for it.
         if self.embedder is None:
             return np.zeros((0, 384), np.float32)
-        path = None
-        if cache_dir is not None:
-            keyed = "\n".join((self.embedder.name, *texts))
-            key = hashlib.sha256(keyed.encode()).hexdigest()[:16]
-            path = Path(cache_dir) / f"intent-vectors-{key}.npy"
-            if path.exists():
-                cached = np.load(path)
-                if cached.shape == (len(texts), self.embedder.dim):
-                    return np.asarray(cached, dtype=np.float32)
-        vectors = self.embedder.embed(texts)
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".tmp{os.getpid()}.npy")
-            np.save(tmp, vectors)
-            os.replace(tmp, path)
-        return vectors
+        embedder = self.embedder
+        arrays = cached_arrays(
+            cache_dir,
+            "intent-vectors",
+            "\n".join((embedder.name, *texts)).encode(),
+            lambda: {"vectors": embedder.embed(texts)},
+            lambda a: a["vectors"].shape == (len(texts), embedder.dim),
+        )
+        return np.asarray(arrays["vectors"], dtype=np.float32)
 
     def labelled_examples(self, lang: str) -> list[tuple[str, NDArray[Any]]]:
         """(intent, vector) of every data/intents.json example of ``lang`` (KB phrasings

@@ -33,8 +33,6 @@ times the examples of an entry).
 
 from __future__ import annotations
 
-import hashlib
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -43,6 +41,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from .disk_cache import cached_arrays
 from .intents import OUT_OF_SCOPE, SOCIAL_INTENTS, IntentClassifier
 from .kb import KbEntry, KnowledgeBase
 from .retrieval import Hit
@@ -240,24 +239,25 @@ class LearnedScorer:
 def _cached(
     x: NDArray[Any], y: NDArray[Any], labels: tuple[str, ...], cache_dir: str | Path | None
 ) -> SoftmaxModel:
-    path = None
-    if cache_dir is not None:
-        h = hashlib.sha256(_CACHE_VERSION)
-        h.update(f"{L2}\0{STEPS}\0".encode())
-        h.update("\0".join(labels).encode())
-        h.update(np.ascontiguousarray(x, dtype=np.float32).tobytes())
-        h.update(np.ascontiguousarray(y, dtype=np.float32).tobytes())
-        path = Path(cache_dir) / f"learned-scorer-{h.hexdigest()[:16]}.npz"
-        if path.exists():
-            with np.load(path) as z:
-                if z["weights"].shape == (x.shape[1], len(labels)):
-                    return SoftmaxModel(
-                        labels, z["mean"], float(z["scale"]), z["weights"], z["bias"]
-                    )
-    model = train_softmax(x, y, labels)
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.stem}.tmp{os.getpid()}.npz")
-        np.savez(tmp, mean=model.mean, scale=model.scale, weights=model.weights, bias=model.bias)
-        os.replace(tmp, path)
-    return model
+    key = b"".join(
+        (
+            _CACHE_VERSION,
+            f"{L2}\0{STEPS}\0".encode(),
+            "\0".join(labels).encode(),
+            np.ascontiguousarray(x, dtype=np.float32).tobytes(),
+            np.ascontiguousarray(y, dtype=np.float32).tobytes(),
+        )
+    )
+
+    def train() -> dict[str, NDArray[Any]]:
+        m = train_softmax(x, y, labels)
+        return {"mean": m.mean, "scale": np.asarray(m.scale), "weights": m.weights, "bias": m.bias}
+
+    z = cached_arrays(
+        cache_dir,
+        "learned-scorer",
+        key,
+        train,
+        lambda a: a["weights"].shape == (x.shape[1], len(labels)),
+    )
+    return SoftmaxModel(labels, z["mean"], float(z["scale"]), z["weights"], z["bias"])
