@@ -5,12 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from kefu.ai_bridge.listen.asr.whisper import stopped_early, voiced_seconds
 from kefu.ai_bridge.listen.asr.whisper_multi import (
     MultilingualWhisperAsr,
     compression_ratio,
     cut_char_repetition,
     strip_prompt_echo,
 )
+from kefu.ai_bridge.listen.heldout import cer
 from loadtest.mandarin_voice import speak_zh
 
 
@@ -60,6 +62,42 @@ def test_english_is_identified_even_in_a_call_that_prefers_mandarin(asr, voice) 
     assert result.language == "en" and "order" in result.text.lower(), result
     forced = asr.transcribe_sync(english, "zh")  # a fixed-language call stays in it
     assert forced.language == "zh"
+
+
+def test_voiced_time_counts_the_loud_frames_only() -> None:
+    t = np.arange(16000) / 16000
+    tone = (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
+    hiss = np.random.default_rng(1).normal(0, 0.002, 16000).astype(np.float32)  # line noise
+    audio = np.concatenate([tone, hiss, tone[:8000], hiss])
+    assert voiced_seconds(audio) == pytest.approx(1.5, abs=0.05)
+    assert voiced_seconds(np.zeros(32000, np.float32)) == 0.0
+
+
+def test_a_text_too_short_for_its_voiced_time_stopped_early() -> None:
+    assert stopped_early("可以", 7.0, "zh")  # seven seconds of voice, two characters
+    assert not stopped_early("可以，结算时输入礼品卡卡号和密码即可", 7.0, "zh")
+    assert not stopped_early("好的", 1.2, "zh")  # a short answer is a whole turn
+    assert stopped_early("Yes.", 5.0, "en")
+    assert not stopped_early("Where is my order? I placed it last week.", 5.0, "en")
+
+
+def test_a_long_turn_that_stopped_at_a_pause_is_decoded_again(asr, monkeypatch) -> None:
+    # Whisper base without timestamps sometimes ends the text at the first pause of a long
+    # turn (seen: "可以" of a 8.6 s reply, then dropped as unsure). That first decode is
+    # forced here; the second one, with timestamps, is the real model's.
+    said = "可以，结算时输入礼品卡卡号和密码即可。礼品卡长期有效，可以和其他支付方式一起用。"
+    audio = speak_zh(said, "jm_kumo")
+    real = asr._generate
+
+    def stops_early(encoded, n, language, hotwords, *, timestamps):
+        if not timestamps:
+            return "可以", -0.3
+        return real(encoded, n, language, hotwords, timestamps=timestamps)
+
+    monkeypatch.setattr(asr, "_generate", stops_early)
+    heard = asr.transcribe_sync(audio, "zh").text
+    # the whole turn, misheard here and there by sound (离品卡): this voice is accented
+    assert "卡号和密码" in heard and "支付方式" in heard and cer(said, heard) < 0.25, heard
 
 
 def test_silence_and_noise_are_not_transcribed(asr) -> None:

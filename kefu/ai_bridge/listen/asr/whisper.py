@@ -27,7 +27,14 @@ from numpy.typing import NDArray
 
 from .base import AsrResult, ThreadedAsrEngine
 
-__all__ = ["WhisperAsr", "WhisperOptions", "cut_repetition", "default_model_path"]
+__all__ = [
+    "WhisperAsr",
+    "WhisperOptions",
+    "cut_repetition",
+    "default_model_path",
+    "stopped_early",
+    "voiced_seconds",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -87,6 +94,41 @@ def cut_repetition(text: str, min_period: int = 3) -> str:
             ):
                 return " ".join(words[: start + period])
     return text
+
+
+_REDECODE_MIN_LOGPROB = -1.0
+"""A piece decoded again is kept only when at least this sure (mean token log-probability)."""
+_MIN_SAID_PER_VOICED_S = {"zh": 1.0, "en": 0.6}
+"""Characters (Mandarin) or words (other languages) per voiced second below which a decode
+stopped early: callers say ~3-5 characters or ~2-3 words per second of voice."""
+_MIN_VOICED_S = 2.0
+"""Shorter pieces are never decoded again: one or two words are a whole turn."""
+
+
+def voiced_seconds(audio: NDArray[np.float32], frame_s: float = 0.02) -> float:
+    """Seconds of ``audio`` (16 kHz, float) louder than a tenth of its loud frames' level."""
+    size = int(_SR * frame_s)
+    frames = len(audio) // size
+    if frames == 0:
+        return 0.0
+    rms = np.sqrt(np.mean(np.square(audio[: frames * size].reshape(frames, size)), axis=1))
+    loud = float(np.percentile(rms, 95))
+    floor = 1e-3  # about -60 dBFS
+    if loud < floor:
+        return 0.0
+    return float(np.count_nonzero(rms > max(0.1 * loud, floor))) * frame_s
+
+
+def stopped_early(text: str, voiced_s: float, language: str) -> bool:
+    """Whether ``text`` is too short for ``voiced_s`` seconds of voice."""
+    if voiced_s < _MIN_VOICED_S:
+        return False
+    if language == "zh":
+        said = sum(1 for ch in text if ch.isalnum())
+    else:
+        said = len(text.split())
+    rate = _MIN_SAID_PER_VOICED_S.get(language, _MIN_SAID_PER_VOICED_S["en"])
+    return said < rate * voiced_s
 
 
 class WhisperAsr(ThreadedAsrEngine):
@@ -172,7 +214,7 @@ class WhisperAsr(ThreadedAsrEngine):
             encoded = self._encode(piece)
             if picked is None:  # the first piece decides the language of the utterance
                 picked = self._pick_language(encoded, language)
-            text, logprob = self._decode_piece(encoded, len(piece), picked[0], hotwords)
+            text, logprob = self._decode_piece(encoded, piece, picked[0], hotwords)
             if text:
                 texts.append(text)
                 logprobs.append(logprob)
@@ -222,7 +264,40 @@ class WhisperAsr(ThreadedAsrEngine):
         )
 
     def _decode_piece(
-        self, encoded: Any, n_samples: int, language: str, hotwords: Sequence[str]
+        self, encoded: Any, audio: NDArray[np.float32], language: str, hotwords: Sequence[str]
+    ) -> tuple[str, float]:
+        """One piece's text; decoded again with timestamp tokens when it stopped early.
+
+        Without timestamps Whisper sometimes ends the text at a pause inside a long turn
+        ("可以，| 结算时输入礼品卡卡号…" came out as "可以", then dropped as unsure), so a text
+        too short for the voiced time is decoded again with timestamps, which read on past
+        the pause; the longer of the two is kept."""
+        text, logprob = self._generate(encoded, len(audio), language, hotwords, timestamps=False)
+        voiced_s = voiced_seconds(audio)
+        if not stopped_early(text, voiced_s, language):
+            return text, logprob
+        again, again_logprob = self._generate(
+            encoded, len(audio), language, hotwords, timestamps=True
+        )
+        log.info(
+            "asr_redecoded",
+            engine=self.name,
+            voiced_s=round(voiced_s, 2),
+            before=len(text),
+            after=len(again),
+        )
+        if len(again) > len(text) and again_logprob >= _REDECODE_MIN_LOGPROB:
+            return again, again_logprob
+        return text, logprob
+
+    def _generate(
+        self,
+        encoded: Any,
+        n_samples: int,
+        language: str,
+        hotwords: Sequence[str],
+        *,
+        timestamps: bool,
     ) -> tuple[str, float]:
         model = self._model
         tokenizer = self._tokenizer
@@ -232,13 +307,13 @@ class WhisperAsr(ThreadedAsrEngine):
             tokenizer = Tokenizer(model.hf_tokenizer, True, task="transcribe", language=language)
         prompt_text = self._prompt_text(language, hotwords)
         previous = tokenizer.encode(prompt_text)[-200:] if prompt_text else []
-        prompt = model.get_prompt(tokenizer, previous, without_timestamps=True)
+        prompt = model.get_prompt(tokenizer, previous, without_timestamps=not timestamps)
         duration = n_samples / _SR
         # Fast speech is ~5 tokens/s in English (~10 in Chinese, about a token per
         # character); a cap well above it stops the repetition loops that Whisper falls
-        # into on padded or noisy windows.
+        # into on padded or noisy windows. Timestamps add two tokens per segment.
         rate = 14 if language == "zh" else 8
-        max_new = min(200, 16 + int(rate * duration))
+        max_new = min(200, 16 + int(rate * duration)) + (16 if timestamps else 0)
         result = model.model.generate(
             encoded,
             [prompt],
@@ -250,6 +325,7 @@ class WhisperAsr(ThreadedAsrEngine):
             suppress_blank=True,
             suppress_tokens=self._suppress,
         )[0]
+        # Text tokens only: the end token and the timestamps come after them in the vocabulary.
         tokens = [t for t in result.sequences_ids[0] if t < tokenizer.eot]
         logprob = float(result.scores[0]) if result.scores else -math.inf
         if result.no_speech_prob > self.options.no_speech_threshold and logprob < -1.0:
