@@ -28,7 +28,8 @@ from aiortc import MediaStreamTrack
 from kefu.sfu import ice
 from kefu.sfu.errors import DuplicateParticipant, RoomFull, SfuLimit
 from kefu.sfu.forward import PacketSource, SfuCounters
-from kefu.sfu.participant import LocalParticipant, Participant, _Member
+from kefu.sfu.member import LocalParticipant, RoomMember
+from kefu.sfu.participant import Participant
 from kefu.sfu.video import VideoFanout
 
 __all__ = ["LocalParticipant", "Participant", "PeerSettings", "Room", "RoomInfo", "Sfu"]
@@ -83,13 +84,13 @@ class Room:
     spawn: Callable[[Coroutine[Any, Any, None]], None]
     on_empty: Callable[[Room], None]
     created_at: float = 0.0
-    members: dict[str, _Member] = field(default_factory=dict)
+    members: dict[str, RoomMember] = field(default_factory=dict)
     sources: dict[str, PacketSource] = field(default_factory=dict)
     video_sources: dict[str, VideoFanout] = field(default_factory=dict)
     """Published videos (the avatar's, callers' cameras), sent to the members that ask."""
     closed: bool = False
     counters: SfuCounters = field(default_factory=SfuCounters)
-    floor: Callable[[_Member], bool] | None = None
+    floor: Callable[[RoomMember], bool] | None = None
     """Who may be heard (None: everyone). Set by the call a room belongs to: a member it
     answers False for still receives everything, but its audio reaches nobody."""
 
@@ -146,7 +147,7 @@ class Room:
             if member.id != sender:
                 member._deliver_binary(data)
 
-    def remove(self, member: _Member) -> None:
+    def remove(self, member: RoomMember) -> None:
         if self.members.get(member.id) is not member:
             return
         del self.members[member.id]
@@ -253,7 +254,7 @@ class Sfu:
         room.add_video_source(owner_id, fanout)
         return True
 
-    def set_floor(self, room_id: str, floor: Callable[[_Member], bool] | None) -> None:
+    def set_floor(self, room_id: str, floor: Callable[[RoomMember], bool] | None) -> None:
         """Who of ``room_id`` may be heard from now on (see :attr:`Room.floor`)."""
         room = self._rooms.get(room_id)
         if room is not None:
@@ -266,7 +267,7 @@ class Sfu:
         if room is not None:
             room.apply_floor()
 
-    def participant(self, room_id: str, participant_id: str) -> _Member | None:
+    def participant(self, room_id: str, participant_id: str) -> RoomMember | None:
         room = self._rooms.get(room_id)
         return room.members.get(participant_id) if room else None
 
@@ -325,7 +326,7 @@ class Sfu:
             )
         return room
 
-    def _enter(self, room: Room, member: _Member) -> None:
+    def _enter(self, room: Room, member: RoomMember) -> None:
         room.broadcast(
             {"type": "participant_joined", "participant": member.id, "role": member.role},
             sender=None,
