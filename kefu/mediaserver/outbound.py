@@ -47,7 +47,7 @@ from kefu.signaling.dial_request import DialRequest
 from kefu.sip import ua as sipua
 from kefu.sip import ua_events as sipev
 from kefu.sip.aio import SipTransport
-from kefu.sip.offer_answer import accept_answer, make_offer
+from kefu.sip.offer import accept_answer, make_offer
 from kefu.sip.sdes import new_offer_keys as new_srtp_keys
 from kefu.sip.sdp import SessionDescription
 from kefu.sip.ua_events import Peer

@@ -31,13 +31,8 @@ from kefu.rtp.ports import PortAllocator
 from kefu.sip import sdes
 from kefu.sip import ua as sipua
 from kefu.sip.aio import SipTransport
-from kefu.sip.offer_answer import (
-    Negotiated,
-    answer_offer,
-    continue_origin,
-    make_offer,
-    warning_for,
-)
+from kefu.sip.offer import continue_origin, make_offer
+from kefu.sip.offer_answer import Negotiated, answer_offer, warning_for
 from kefu.sip.sdp import SessionDescription
 
 

@@ -8,7 +8,7 @@ a dialog with no media, and kefu ends it with BYE, stating why in a ``Reason`` h
 
 This module is pure: the user agent (``ua.py``) keeps a :class:`PendingOffer` on the leg and
 hands the ACK to :func:`read_ack_answer`; the media server builds the offer with
-:func:`~kefu.sip.offer_answer.make_offer`.
+:func:`~kefu.sip.offer.make_offer`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 from kefu.errors import SdpError
 from kefu.sip.message import Request
-from kefu.sip.offer_answer import Negotiated, NegotiationError, accept_answer
+from kefu.sip.offer import accept_answer
+from kefu.sip.offer_answer import Negotiated, NegotiationError
 from kefu.sip.sdp import SessionDescription
 
 __all__ = ["AnswerRejected", "PendingOffer", "read_ack_answer"]

@@ -13,13 +13,12 @@ from pathlib import Path
 import pytest
 
 from kefu.errors import ConfigError, SdpError
+from kefu.sip.offer import accept_answer, make_offer
 from kefu.sip.offer_answer import (
     OPUS_FMTP,
     Negotiated,
     NegotiationError,
-    accept_answer,
     answer_offer,
-    make_offer,
     warning_for,
 )
 from kefu.sip.sdp import Connection, MediaDescription, SessionDescription, parse_sdp

@@ -13,7 +13,8 @@ import pytest
 from helpers.golden import read_pairs
 
 from kefu.sip import sdes
-from kefu.sip.offer_answer import NegotiationError, accept_answer, answer_offer, make_offer
+from kefu.sip.offer import accept_answer, make_offer
+from kefu.sip.offer_answer import NegotiationError, answer_offer
 from kefu.sip.sdes import CryptoAttribute, SrtpKeys
 from kefu.sip.sdp import SessionDescription, parse_sdp
 

@@ -8,7 +8,8 @@ from helpers.sip_trunk import TRUNK, app_events, events, invite, request, respon
 
 from kefu.sip import ua_events as ev
 from kefu.sip.message import Request, Response, parse_message
-from kefu.sip.offer_answer import Negotiated, accept_answer, continue_origin, make_offer
+from kefu.sip.offer import accept_answer, continue_origin, make_offer
+from kefu.sip.offer_answer import Negotiated
 from kefu.sip.sdp import SessionDescription
 from kefu.sip.ua import UserAgent
 
