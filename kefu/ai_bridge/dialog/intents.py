@@ -50,7 +50,10 @@ _RULES: tuple[tuple[str, str, str], ...] = (
         r"\b(human|real person|live person|representative|operator|an agent|real agent|"
         r"the agent|speak to (?:a|an|the|some) ?(?:one|body|person|manager|supervisor)|"
         r"talk to (?:a|an|some) ?(?:one|body|person)|manager|supervisor|"
-        r"put me through|transfer me|(?:a|an actual|a real) person|someone real)\b|^agent\W*$",
+        r"put me through|transfer me|(?:a|an actual|a real) person|someone real|"
+        r"(?:pass|hand|put|get|connect) me (?:over |across |through )?to (?:a|an|one|some|your)|"
+        r"(?:member|one) of (?:your |the )?staff|a colleague|"
+        r"some ?(?:one|body) (?:from|in) (?:customer )?(?:service|support))\b|^agent\W*$",
     ),
     ("human_agent", "zh", r"人工|真人|转接|接线员|客服人员|经理|投诉|找个人|活人"),
     ("greeting", "en", r"^(hi|hello|hey|hiya|good (morning|afternoon|evening))( there)?\W*$"),

@@ -9,7 +9,8 @@ near no single phrasing can still be placed.
 
 Training data (per language, the vectors the manager already has):
 
-* every question phrasing of a knowledge-base entry, labelled with its entry;
+* every question phrasing of a knowledge-base entry, labelled with its entry, and once more
+  framed as a caller who names the product (:mod:`.augment`);
 * every example of a service intent in data/intents.json, labelled with the intent's
   entries equally (the example says the intent, not which of its entries);
 * the out-of-scope examples as their own class, :data:`OUT_OF_SCOPE`, and the social ones
@@ -26,9 +27,10 @@ When the retriever's confidence in its best hit falls short, the manager still a
 if the model gives that entry at least :data:`VOUCH_P` (:meth:`LearnedScorer.vouches`). It
 re-orders the retriever's hits by ``score + RERANK_WEIGHT * log p(entry)``
 (:meth:`LearnedScorer.rerank`) and asks "A or B?" when the top two are too close in either
-ranking (:func:`.choice.too_close_in_either`). p(out of scope) is not used: as a veto it
-cost more right English answers than it saved wrong ones on the dev split (the class has ten
-times the examples of an entry).
+ranking (:func:`.choice.too_close_in_either`). p(out of scope) does not veto on its own (that
+cost more right English answers than it saved wrong ones on the dev split: the class has ten
+times the examples of an entry), but the manager's nearest-example veto needs it to agree
+(:meth:`LearnedScorer.out_of_scope_p` ≥ ``manager.OOS_VETO_P``).
 """
 
 from __future__ import annotations
@@ -41,7 +43,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from .augment import product_variants
 from .disk_cache import cached_arrays
+from .embed import TextEncoder
 from .intents import OUT_OF_SCOPE, SOCIAL_INTENTS, IntentClassifier
 from .kb import KbEntry, KnowledgeBase
 from .retrieval import Hit
@@ -206,7 +210,14 @@ class LearnedScorer:
         if not len(kb.rows):
             return None
         examples = {lang: intents.labelled_examples(lang) for lang in ("en", "zh")}
-        return cls.train(kb.entries, kb.vectors, kb.rows.tolist(), examples, cache_dir=cache_dir)
+        vectors, rows = kb.vectors, kb.rows.tolist()
+        if intents.embedder is not None and intents.embedder.name == kb.model:
+            texts, variant_rows = product_variants(kb.entries)
+            variants = _variant_vectors(intents.embedder, texts, cache_dir)
+            if len(variants):
+                vectors = np.concatenate([vectors, variants])
+                rows = rows + variant_rows
+        return cls.train(kb.entries, vectors, rows, examples, cache_dir=cache_dir)
 
     def vouches(self, entry_id: str, vector: NDArray[Any] | None, lang: str) -> bool:
         """Whether the model gives ``entry_id`` at least :data:`VOUCH_P` for the turn
@@ -215,6 +226,14 @@ class LearnedScorer:
         if model is None or vector is None:
             return False
         return model.prob_of(vector).get(entry_id, 0.0) >= VOUCH_P
+
+    def out_of_scope_p(self, vector: NDArray[Any] | None, lang: str) -> float | None:
+        """The model's p(out of scope) for the turn ``vector`` (None without a model for
+        ``lang`` or a vector)."""
+        model = self.models.get(lang)
+        if model is None or vector is None:
+            return None
+        return model.prob_of(vector).get(OUT_OF_SCOPE, 0.0)
 
     def rerank(self, hits: Sequence[Hit], vector: NDArray[Any] | None, lang: str) -> list[Hit]:
         """``hits`` re-scored with the learned term (see :data:`RERANK_WEIGHT`) and re-sorted;
@@ -234,6 +253,23 @@ class LearnedScorer:
         ]
         out.sort(key=lambda h: -h.score)
         return out
+
+
+def _variant_vectors(
+    embedder: TextEncoder, texts: list[str], cache_dir: str | Path | None
+) -> NDArray[Any]:
+    """The sentence vectors of the phrasings' product variants, cached like the example
+    vectors (a few hundred sentences: ~3 s on 2 cores, once)."""
+    if not texts:
+        return np.zeros((0, embedder.dim), np.float32)
+    arrays = cached_arrays(
+        cache_dir,
+        "variant-vectors",
+        "\n".join((embedder.name, *texts)).encode(),
+        lambda: {"vectors": embedder.embed(texts)},
+        lambda a: a["vectors"].shape == (len(texts), embedder.dim),
+    )
+    return np.asarray(arrays["vectors"], dtype=np.float32)
 
 
 def _cached(

@@ -43,6 +43,8 @@ def test_heldout_accuracy_at_least_85_percent(classifier: IntentClassifier) -> N
     [
         ("agent", "en", "human_agent"),
         ("can I speak to a manager", "en", "human_agent"),
+        ("could you hand me over to one of your staff", "en", "human_agent"),
+        ("I'd like somebody from customer support", "en", "human_agent"),
         ("转人工", "zh", "human_agent"),
         ("yes please", "en", "affirm"),
         ("nope", "en", "deny"),
