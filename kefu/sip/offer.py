@@ -37,7 +37,8 @@ from kefu.sip.offer_answer import (
     _session,
 )
 from kefu.sip.sdes import SrtpKeys
-from kefu.sip.sdp import DIRECTIONS, Attribute, Direction, MediaDescription, SessionDescription
+from kefu.sip.sdp import SessionDescription
+from kefu.sip.sdp_fields import DIRECTIONS, Attribute, Direction, MediaDescription
 
 DEFAULT_OFFER_CODECS: tuple[str, ...] = ("PCMU", "PCMA", "G722", "opus")
 # Payload types kefu offers for dynamic encodings; the values most SIP gear and browsers use.

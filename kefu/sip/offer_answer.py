@@ -36,7 +36,8 @@ from kefu.codecs.info import CodecInfo, codec_info
 from kefu.errors import ConfigError, KefuError, SdpError
 from kefu.sip import sdes
 from kefu.sip.sdes import CryptoAttribute, SrtpKeys
-from kefu.sip.sdp import (
+from kefu.sip.sdp import SessionDescription
+from kefu.sip.sdp_fields import (
     DIRECTIONS,
     Attribute,
     Connection,
@@ -44,7 +45,6 @@ from kefu.sip.sdp import (
     MediaDescription,
     Origin,
     RtpMap,
-    SessionDescription,
     Timing,
 )
 

@@ -21,7 +21,8 @@ from kefu.sip.offer_answer import (
     answer_offer,
     warning_for,
 )
-from kefu.sip.sdp import Connection, MediaDescription, SessionDescription, parse_sdp
+from kefu.sip.sdp import SessionDescription, parse_sdp
+from kefu.sip.sdp_fields import Connection, MediaDescription
 
 GOLDEN = Path(__file__).parent / "golden" / "sdp"
 TESTDATA = Path(os.environ.get("KEFU_TESTDATA", "/work/shared/testdata"))

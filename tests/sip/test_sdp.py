@@ -11,15 +11,13 @@ from pathlib import Path
 import pytest
 
 from kefu.errors import RemoteError, SdpError
-from kefu.sip.sdp import (
-    MAX_SDP_BYTES,
+from kefu.sip.sdp import MAX_SDP_BYTES, SessionDescription, parse_sdp
+from kefu.sip.sdp_fields import (
     STATIC_PAYLOAD_TYPES,
     Connection,
     MediaDescription,
     Origin,
     RtpMap,
-    SessionDescription,
-    parse_sdp,
 )
 
 GOLDEN = Path(__file__).parent / "golden" / "sdp"
