@@ -6,7 +6,7 @@ headings) and keeps their ids in :attr:`DialogState.pending_choice`. The caller'
 is resolved against those two first:
 
 * an ordinal ("the first one", "the second", "第一个", "后面那个") picks by position;
-* "neither" / "都不是" means neither: the bot offers a colleague;
+* "neither" / "都不是", or a bare "no" / "不是", means neither: the bot offers a colleague;
 * otherwise the turn is retrieved as usual and the better-scoring of the two options wins,
   unless the turn is clearly about a third topic (a confident hit outside the two), which is
   then answered as a new question.
@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 
 from .kb import KbEntry
+from .plan import Plan
 from .retrieval import Hit
+from .state import DialogState
 
 NEITHER = "neither"
 # Fused-score gap under which the top two are "too close to call". 0.012 (chosen on the dev
@@ -44,6 +47,14 @@ _NEITHER = {
 }
 
 
+# A turn that is only "no" answers "A or B?" with neither (checked after the ordinals: "no,
+# the second one" picks the second).
+_BARE_NO = {
+    "en": re.compile(r"(no|nope|nah|no,? (neither|none|not (that|those|them)))\W*$", re.I),
+    "zh": re.compile(r"(不是|不对|不是的|都不|没有)[\W，。！啊呀]*$"),
+}
+
+
 def _topic(entry: KbEntry) -> str:
     return entry.question.strip().rstrip("?？。.!！")
 
@@ -56,6 +67,17 @@ def ask(a: KbEntry, b: KbEntry, lang: str) -> str:
     return f'Just to check, do you mean "{first}", or "{second}"?'
 
 
+def ask_plan(
+    hits: Sequence[Hit], query: str, intent: str, state: DialogState, lang: str, confidence: float
+) -> Plan:
+    """The turn's plan when the caller is asked between ``hits``' top two: the question, and
+    ``state`` (a turn's cleared state) keeping both options and the ``query`` they answer."""
+    a, b = hits[0].entry, hits[1].entry
+    asked = replace(state, pending_choice=(a.id, b.id), pending_choice_query=query)
+    topic = a.intent if a.intent == b.intent else intent
+    return Plan("clarify", topic, asked, lang, confidence, sentences=[ask(a, b, lang)])
+
+
 def resolve(text: str, lang: str, options: Sequence[str], hits: Sequence[Hit]) -> str | None:
     """The option the caller picked (an entry id), :data:`NEITHER`, or None when the turn does
     not answer the question (it is then handled as a new turn)."""
@@ -65,6 +87,8 @@ def resolve(text: str, lang: str, options: Sequence[str], hits: Sequence[Hit]) -
     first, second = bool(_FIRST[key].search(text)), bool(_SECOND[key].search(text))
     if first != second and len(options) >= 2:
         return options[0] if first else options[1]
+    if _BARE_NO[key].match(text.strip()):
+        return NEITHER
     chosen = [h for h in hits if h.entry.id in options]
     if not chosen:
         return None

@@ -175,11 +175,12 @@ def test_a_close_call_in_the_retrieved_ranking_is_still_asked() -> None:
 # --- vouching for a turn the retriever was unsure of ----------------------------------------
 
 
-def _scorer_sure_of(entry_id: str, logit: float) -> LearnedScorer:
+def _scorer_sure_of(entry_id: str, logit: float, off_topic: float = 0.0) -> LearnedScorer:
     """A model whose belief ignores the turn: ``entry_id`` at ``logit``, the out-of-scope
-    and social classes at 0 (no other entry: the ranking stays the retriever's)."""
+    class at ``off_topic`` and the social one at 0 (no other entry: the ranking stays the
+    retriever's)."""
     labels = (entry_id, OUT_OF_SCOPE, SOCIAL)
-    bias = np.array([logit, 0.0, 0.0], np.float32)
+    bias = np.array([logit, off_topic, 0.0], np.float32)
     zeros = np.zeros((384, 3), np.float32)
     return LearnedScorer({"en": SoftmaxModel(labels, zeros[:, 0], 1.0, zeros, bias)})
 
@@ -189,8 +190,8 @@ async def test_a_turn_the_scorer_vouches_for_is_answered_not_offered_a_colleague
 ) -> None:
     # Near no single phrasing of the warranty claim: the retriever's confidence falls short.
     text = "the coffee grinder died, it's under a year old"
-    sure = _scorer_sure_of("en-warranty-claim", 2.0)  # p = 0.79
-    unsure = _scorer_sure_of("en-warranty-claim", -1.0)  # p = 0.16
+    sure = _scorer_sure_of("en-warranty-claim", 2.0, -2.0)  # p = 0.84
+    unsure = _scorer_sure_of("en-warranty-claim", -1.0, 2.0)  # p = 0.04, out of scope 0.84
     assert sure.vouches("en-warranty-claim", e5.embed_one(text), "en")
     assert not unsure.vouches("en-warranty-claim", e5.embed_one(text), "en")
     assert not sure.vouches("en-warranty-claim", None, "en")
@@ -201,3 +202,38 @@ async def test_a_turn_the_scorer_vouches_for_is_answered_not_offered_a_colleague
         if source == "kb":
             assert reply.kb_ids == ("en-warranty-claim",)
             assert reply.confidence == pytest.approx(manager.low_confidence)
+
+
+async def test_an_unsure_turn_in_scope_is_asked_a_or_b_and_no_offers_a_colleague(
+    retriever: HybridRetriever, classifier: IntentClassifier, e5: E5Embedder
+) -> None:
+    # The retriever falls short and the scorer vouches for nothing, but it does not take the
+    # turn for out of scope (p 0.42): the caller is asked between the best two entries.
+    text = "the coffee grinder died, it's under a year old"
+    in_scope = _scorer_sure_of("en-warranty-claim", -1.0, 0.0)
+    manager = DialogManager(retriever, classifier, e5, scorer=in_scope)
+    asked = await manager.respond("unsure", text, lang="en")
+    assert asked.source == "clarify", asked
+    question = " ".join([s async for s in asked.sentences])
+    assert question.startswith("Just to check, do you mean"), question
+    assert "warranty" in question.lower(), question  # the warranty claim is one of the two
+    # "no" answers the question: neither, so a colleague is offered
+    reply = await manager.respond("unsure", "no", lang="en")
+    assert reply.source == "fallback", reply
+    again = await manager.respond("unsure", "yes please", lang="en")
+    assert again.handoff, again
+
+
+@pytest.mark.parametrize(
+    ("said", "lang", "picked"),
+    [
+        ("no", "en", choice.NEITHER),
+        ("nope.", "en", choice.NEITHER),
+        ("no, the second one", "en", "b"),
+        ("不是", "zh", choice.NEITHER),
+        ("不是，第一个", "zh", "a"),
+        ("none of those", "en", choice.NEITHER),
+    ],
+)
+def test_a_bare_no_answers_a_or_b_with_neither(said: str, lang: str, picked: str) -> None:
+    assert choice.resolve(said, lang, ("a", "b"), []) == picked
