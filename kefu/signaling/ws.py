@@ -23,9 +23,10 @@ from typing import Protocol
 from aiohttp import WSMessage, WSMsgType, web
 
 from kefu.signaling.client_address import client_ip as forwarded_client_ip
-from kefu.signaling.hub import Connection, SignalingHub
+from kefu.signaling.hub import SignalingHub
 from kefu.signaling.protocol import MAX_MESSAGE_BYTES, Error
 from kefu.signaling.relay import CLIENT_IP_HEADER, HOP_HEADER, RELAY_KEY_HEADER, ShardRelay
+from kefu.signaling.session import Connection
 from kefu.signaling.shards import FRONT
 
 HUB_KEY = web.AppKey("kefu_signaling_hub", SignalingHub)

@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 from signaling.fakes import Clock, FakeSfu, FakeSocket, msg, settle, token
 
-from kefu.signaling.hub import Connection, SignalingHub
+from kefu.signaling.hub import SignalingHub
 from kefu.signaling.protocol import MAX_MESSAGE_BYTES
 from kefu.signaling.ratelimit import RateSpec
+from kefu.signaling.session import Connection
 from kefu.signaling.settings import SignalingSettings
 
 MakeHub = Callable[..., SignalingHub]
