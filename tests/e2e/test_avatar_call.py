@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -52,6 +53,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[KefuProce
         yield kefu, secret
     finally:
         kefu.stop()
+
+
+PAGE_FOLLOWS_S = 6.0
+"""How long the caller page may keep showing the video after kefu stopped sending it."""
 
 
 def _silence(path: Path, seconds: float) -> Path:
@@ -147,6 +152,7 @@ def test_the_caller_page_shows_the_avatar_video_or_draws_it_from_weights(
 
     with EventsReader(kefu.http, secret) as events:
         seen, shot = caller("video", videoMs=3000)
+        ended = time.time()  # the events' clock (kefu's time.time(), this host)
     steps = [
         e
         for e in events.events
@@ -165,7 +171,11 @@ def test_the_caller_page_shows_the_avatar_video_or_draws_it_from_weights(
     else:
         # a loaded box: kefu said it stopped the video, and why; the page draws from weights
         assert steps[-1]["reason"] in ("frames_skipped", "render_slow", "loop_lag"), steps
-        assert shown == ("canvas" if level == "weights" else "none"), (seen["avatar"], steps)
+        # The page follows once the browser mutes the quiet video track, seconds after the
+        # last frame: a step in the call's last seconds may still find it showing video.
+        late = ended - float(steps[-1]["at"]) < PAGE_FOLLOWS_S
+        expected = "canvas" if level == "weights" else "none"
+        assert shown == expected or (late and shown == "video"), (seen["avatar"], steps, ended)
     if shown != "none":
         _assert_face(shot)
 

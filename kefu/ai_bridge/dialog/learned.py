@@ -259,7 +259,7 @@ def _variant_vectors(
     embedder: TextEncoder, texts: list[str], cache_dir: str | Path | None
 ) -> NDArray[Any]:
     """The sentence vectors of the phrasings' product variants, cached like the example
-    vectors (a few hundred sentences: ~3 s on 2 cores, once)."""
+    vectors: a few hundred sentences, embedded at the first start only."""
     if not texts:
         return np.zeros((0, embedder.dim), np.float32)
     arrays = cached_arrays(
