@@ -14,7 +14,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["cached_arrays"]
+from .embed import TextEncoder
+
+__all__ = ["cached_arrays", "cached_vectors"]
 
 Arrays = dict[str, NDArray[Any]]
 
@@ -43,3 +45,21 @@ def cached_arrays(
     np.savez(tmp, **arrays)
     os.replace(tmp, path)
     return arrays
+
+
+def cached_vectors(
+    cache_dir: str | Path | None, name: str, embedder: TextEncoder, texts: list[str]
+) -> NDArray[np.float32]:
+    """``embedder``'s vectors of ``texts``, kept as ``<name>-<hash>.npz`` keyed by the model's
+    name and the texts: a few hundred sentences take seconds to embed on 2 cores, so only the
+    first start after an edit pays for them."""
+    if not texts:
+        return np.zeros((0, embedder.dim), np.float32)
+    arrays = cached_arrays(
+        cache_dir,
+        name,
+        "\n".join((embedder.name, *texts)).encode(),
+        lambda: {"vectors": embedder.embed(texts)},
+        lambda a: a["vectors"].shape == (len(texts), embedder.dim),
+    )
+    return np.asarray(arrays["vectors"], dtype=np.float32)

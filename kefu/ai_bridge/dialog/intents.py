@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .disk_cache import cached_arrays
+from .disk_cache import cached_vectors
 from .embed import TextEncoder
 from .kb import KbEntry
 from .text import detect_lang
@@ -156,19 +156,9 @@ class IntentClassifier:
         self._rules = [(i, lang, re.compile(p, re.I)) for i, lang, p in _RULES]
 
     def _example_vectors(self, texts: list[str], cache_dir: str | Path | None) -> NDArray[Any]:
-        # A few hundred examples take ~2 s to embed on 2 cores: cached on disk keyed by the
-        # example texts, so only the first start after an edit pays for it.
         if self.embedder is None:
             return np.zeros((0, 384), np.float32)
-        embedder = self.embedder
-        arrays = cached_arrays(
-            cache_dir,
-            "intent-vectors",
-            "\n".join((embedder.name, *texts)).encode(),
-            lambda: {"vectors": embedder.embed(texts)},
-            lambda a: a["vectors"].shape == (len(texts), embedder.dim),
-        )
-        return np.asarray(arrays["vectors"], dtype=np.float32)
+        return cached_vectors(cache_dir, "intent-vectors", self.embedder, texts)
 
     def labelled_examples(self, lang: str) -> list[tuple[str, NDArray[Any]]]:
         """(intent, vector) of every data/intents.json example of ``lang`` (KB phrasings

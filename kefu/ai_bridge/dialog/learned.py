@@ -44,8 +44,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .augment import product_variants
-from .disk_cache import cached_arrays
-from .embed import TextEncoder
+from .disk_cache import cached_arrays, cached_vectors
 from .intents import OUT_OF_SCOPE, SOCIAL_INTENTS, IntentClassifier
 from .kb import KbEntry, KnowledgeBase
 from .retrieval import Hit
@@ -213,7 +212,7 @@ class LearnedScorer:
         vectors, rows = kb.vectors, kb.rows.tolist()
         if intents.embedder is not None and intents.embedder.name == kb.model:
             texts, variant_rows = product_variants(kb.entries)
-            variants = _variant_vectors(intents.embedder, texts, cache_dir)
+            variants = cached_vectors(cache_dir, "variant-vectors", intents.embedder, texts)
             if len(variants):
                 vectors = np.concatenate([vectors, variants])
                 rows = rows + variant_rows
@@ -253,23 +252,6 @@ class LearnedScorer:
         ]
         out.sort(key=lambda h: -h.score)
         return out
-
-
-def _variant_vectors(
-    embedder: TextEncoder, texts: list[str], cache_dir: str | Path | None
-) -> NDArray[Any]:
-    """The sentence vectors of the phrasings' product variants, cached like the example
-    vectors: a few hundred sentences, embedded at the first start only."""
-    if not texts:
-        return np.zeros((0, embedder.dim), np.float32)
-    arrays = cached_arrays(
-        cache_dir,
-        "variant-vectors",
-        "\n".join((embedder.name, *texts)).encode(),
-        lambda: {"vectors": embedder.embed(texts)},
-        lambda a: a["vectors"].shape == (len(texts), embedder.dim),
-    )
-    return np.asarray(arrays["vectors"], dtype=np.float32)
 
 
 def _cached(
