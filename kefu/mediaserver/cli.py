@@ -235,6 +235,8 @@ def _kb_import(args: argparse.Namespace) -> int:
         f"imported {report.entries} entries ({langs}) from {len(report.files)} file(s) "
         f"into {report.target_dir} in {report.seconds:.1f} s"
     )
+    if report.callers:
+        print(f"with {report.callers} labelled callers' turns")  # noqa: T201
     for warning in report.warnings:
         print(f"warning: {warning}", file=sys.stderr)  # noqa: T201
     return 0

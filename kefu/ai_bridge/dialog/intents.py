@@ -21,15 +21,17 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from .callers import OUT_OF_SCOPE as OUT_OF_SCOPE
+from .callers import CallerTurn
 from .disk_cache import cached_vectors
 from .embed import TextEncoder
 from .kb import KbEntry
 from .text import detect_lang
 
 UNKNOWN = "unknown"
-# Examples of questions the knowledge base does not answer (data/intents.json): a turn whose
-# nearest examples are these is off-topic however close its best KB match looks.
-OUT_OF_SCOPE = "out_of_scope"
+# OUT_OF_SCOPE labels examples of questions the knowledge base does not answer
+# (data/intents.json): a turn whose nearest examples are these is off-topic however close its
+# best KB match looks.
 # kNN thresholds: below these the best example is too far to trust (chosen on the held-out
 # set in tests/ai_bridge/dialog/heldout_intents.jsonl: no false intents on off-topic turns).
 EN_MIN_COSINE = 0.45
@@ -129,6 +131,7 @@ class IntentClassifier:
         examples: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
         kb_entries: Iterable[KbEntry] = (),
         *,
+        callers: Iterable[CallerTurn] = (),
         cache_dir: str | Path | None = None,
     ) -> None:
         self.embedder = embedder if embedder is not None and embedder.ready else None
@@ -138,6 +141,10 @@ class IntentClassifier:
         for intent, langs in ex.items():
             en.extend((intent, t) for t in langs.get("en", ()))
             zh.extend((intent, t) for t in langs.get("zh", ()))
+        # Callers' turns the knowledge base does not answer are off-topic examples too.
+        for c in callers:
+            if c.label == OUT_OF_SCOPE:
+                (zh if c.lang == "zh" else en).append((OUT_OF_SCOPE, c.text))
         # The first rows of each language are the examples, the KB phrasings follow.
         self._n_examples = {"en": len(en), "zh": len(zh)}
         for e in kb_entries:

@@ -11,6 +11,8 @@ Stored layout of a knowledge-base directory::
     vectors.npy    sentence vectors (float32, unit length; the model named in meta.json), one
                    row per question phrasing
     rows.npy       entry index of each vectors.npy row
+    callers.json   labelled callers' turns imported with the entries (see callers.py); the
+                   learned scorer trains on them, the retriever does not index them
     meta.json      format version, model name, counts
 """
 
@@ -31,12 +33,15 @@ import numpy as np
 import structlog
 from numpy.typing import NDArray
 
+from .callers import CallerTurn, read_callers
 from .embed import TextEncoder
 from .kb_formats import (
+    CALLERS_SUFFIX,
     LANGS,
     KbEntry,
     KbImportError,
     expand_paths,
+    is_callers_file,
     parse_csv,
     parse_files,
     parse_jsonl,
@@ -77,6 +82,8 @@ class ImportReport:
     """Number of entries stored."""
     by_lang: dict[str, int] = field(default_factory=dict)
     """Entries per language."""
+    callers: int = 0
+    """Labelled callers' turns stored (``*.callers.jsonl`` files)."""
     warnings: tuple[str, ...] = ()
     """Non-fatal findings (e.g. answers too long to speak comfortably)."""
     seconds: float = 0.0
@@ -90,8 +97,14 @@ def _doc_tokens(e: KbEntry) -> list[str]:
     return tokenize(" ".join((*e.phrasings(), e.answer)))
 
 
-def build_index(entries: Sequence[KbEntry], out_dir: Path, embedder: TextEncoder | None) -> None:
-    """Write the stored index for ``entries`` into the (existing, empty) ``out_dir``."""
+def build_index(
+    entries: Sequence[KbEntry],
+    out_dir: Path,
+    embedder: TextEncoder | None,
+    callers: Sequence[CallerTurn] = (),
+) -> None:
+    """Write the stored index for ``entries`` (and their ``callers``) into the (existing,
+    empty) ``out_dir``."""
     import bm25s
 
     retriever = bm25s.BM25()
@@ -102,6 +115,9 @@ def build_index(entries: Sequence[KbEntry], out_dir: Path, embedder: TextEncoder
     np.save(out_dir / "rows.npy", rows)
     (out_dir / "entries.json").write_text(
         json.dumps([e.to_json() for e in entries], ensure_ascii=False, indent=1), encoding="utf-8"
+    )
+    (out_dir / "callers.json").write_text(
+        json.dumps([c.to_json() for c in callers], ensure_ascii=False, indent=0), encoding="utf-8"
     )
     meta = {
         "format": FORMAT_VERSION,
@@ -153,11 +169,12 @@ def import_kb(
     """
     t0 = time.perf_counter()
     entries = parse_files(paths)
+    callers = read_callers([p for p in expand_paths(paths) if is_callers_file(p)], entries)
     target = Path(target_dir).resolve()
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     try:
-        build_index(entries, tmp, embedder)
+        build_index(entries, tmp, embedder, callers)
         _atomic_replace(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -173,6 +190,7 @@ def import_kb(
         files=tuple(str(p) for p in expand_paths(paths)),
         entries=len(entries),
         by_lang=by_lang,
+        callers=len(callers),
         warnings=tuple(warnings),
         seconds=time.perf_counter() - t0,
     )
@@ -191,6 +209,7 @@ class KnowledgeBase:
         rows: NDArray[Any],
         directory: Path | None = None,
         model: str | None = None,
+        callers: Sequence[CallerTurn] = (),
     ) -> None:
         self.entries = entries
         self.bm25 = bm25
@@ -200,6 +219,8 @@ class KnowledgeBase:
         self.model = model
         """Name of the model that made ``vectors`` (None: no vectors)."""
         self.by_id = {e.id: e for e in entries}
+        self.callers = tuple(callers)
+        """Labelled callers' turns (training text for the learned scorer)."""
 
     @classmethod
     def load(cls, directory: str | Path) -> KnowledgeBase:
@@ -216,7 +237,10 @@ class KnowledgeBase:
         bm25 = bm25s.BM25.load(str(d / "bm25"), show_progress=False)
         vectors = np.load(d / "vectors.npy")
         rows = np.load(d / "rows.npy")
-        return cls(entries, bm25, vectors, rows, d, meta.get("model"))
+        path = d / "callers.json"
+        raw = json.loads(path.read_text(encoding="utf-8")) if path.exists() else []
+        callers = [CallerTurn.from_json(x) for x in raw]
+        return cls(entries, bm25, vectors, rows, d, meta.get("model"), callers)
 
     @classmethod
     def default(cls, cache_dir: str | Path, embedder: TextEncoder | None) -> KnowledgeBase:
@@ -242,7 +266,9 @@ class KnowledgeBase:
             return self
         vectors, rows = phrasing_vectors(self.entries, embedder)
         log.info("kb.reembedded", model=embedder.name, was=self.model, rows=len(rows))
-        return KnowledgeBase(self.entries, self.bm25, vectors, rows, self.directory, embedder.name)
+        return KnowledgeBase(
+            self.entries, self.bm25, vectors, rows, self.directory, embedder.name, self.callers
+        )
 
     def bm25_scores(self, tokens: list[str]) -> NDArray[Any]:
         if not tokens:
@@ -251,4 +277,6 @@ class KnowledgeBase:
 
 
 def default_kb_files() -> list[Path]:
-    return sorted((Path(__file__).resolve().parent.parent / "data" / "kb").glob("*.md"))
+    """The bundled knowledge base: its Markdown files and their labelled callers' turns."""
+    d = Path(__file__).resolve().parent.parent / "data" / "kb"
+    return sorted([*d.glob("*.md"), *d.glob(f"*{CALLERS_SUFFIX}")])

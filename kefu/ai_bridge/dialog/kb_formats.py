@@ -41,6 +41,8 @@ _MD_KEYS = ("intent", "lang", "tags", "id", "alt")
 _FRONT_KEYS = ("intent", "lang", "tags")
 _CSV_COLUMNS = ("question", "answer", "intent", "lang", "tags", "id", "alt_questions")
 _JSONL_KEYS = ("id", "question", "answer", "intent", "lang", "tags", "alt_questions")
+# Labelled callers' turns travel with the entries they are labelled by (see callers.py).
+CALLERS_SUFFIX = ".callers.jsonl"
 
 
 class KbImportError(LocalError, ValueError):
@@ -363,6 +365,22 @@ _PARSERS = {
 }
 
 
+def is_callers_file(path: Path) -> bool:
+    """A file of labelled callers' turns (see :mod:`.callers`), not of entries."""
+    return path.name.lower().endswith(CALLERS_SUFFIX)
+
+
+def read_source(path: Path) -> str:
+    """A source file's text; KbImportError when it is missing or not UTF-8."""
+    try:
+        return path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise KbImportError(path, 0, "file not found") from None
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[: exc.start].count(b"\n") + 1
+        raise KbImportError(path, line, "not valid UTF-8") from None
+
+
 def expand_paths(paths: Sequence[str | Path]) -> list[Path]:
     """Files named, plus the importable files inside named directories (sorted)."""
     out: list[Path] = []
@@ -379,21 +397,14 @@ def parse_files(paths: Sequence[str | Path]) -> list[KbEntry]:
     entries: list[KbEntry] = []
     seen_ids: dict[str, str] = {}
     seen_q: dict[tuple[str, str], str] = {}
-    files = expand_paths(paths)
+    files = [f for f in expand_paths(paths) if not is_callers_file(f)]
     if not files:
         raise KbImportError("<none>", 0, "no knowledge-base files given")
     for path in files:
         parser = _PARSERS.get(path.suffix.lower())
         if parser is None:
             raise KbImportError(path, 0, "unsupported file type (use .md, .csv or .jsonl)")
-        try:
-            text = path.read_text(encoding="utf-8-sig")
-        except FileNotFoundError:
-            raise KbImportError(path, 0, "file not found") from None
-        except UnicodeDecodeError as exc:
-            line = path.read_bytes()[: exc.start].count(b"\n") + 1
-            raise KbImportError(path, line, "not valid UTF-8") from None
-        parsed = parser(path, text)
+        parsed = parser(path, read_source(path))
         if not parsed:
             raise KbImportError(path, 0, "no entries found")
         for e in parsed:

@@ -11,9 +11,12 @@ Training data (per language, the vectors the manager already has):
 
 * every question phrasing of a knowledge-base entry, labelled with its entry, and once more
   framed as a caller who names the product (:mod:`.augment`);
+* the labelled callers' turns imported with the knowledge base (:mod:`.callers`): those an
+  entry answers with that entry; those it does not are among the intent examples below;
 * every example of a service intent in data/intents.json, labelled with the intent's
   entries equally (the example says the intent, not which of its entries);
-* the out-of-scope examples as their own class, :data:`OUT_OF_SCOPE`, and the social ones
+* the out-of-scope examples (intents.json's and the callers' turns labelled so) as their
+  own class, :data:`OUT_OF_SCOPE`, and the social ones
   (greeting, thanks, yes, no ...) as :data:`SOCIAL`.
 
 Features are the vectors centred on the training mean and divided by their overall standard
@@ -44,6 +47,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .augment import product_variants
+from .callers import heard_as
 from .disk_cache import cached_arrays, cached_vectors
 from .intents import OUT_OF_SCOPE, SOCIAL_INTENTS, IntentClassifier
 from .kb import KbEntry, KnowledgeBase
@@ -210,12 +214,21 @@ class LearnedScorer:
             return None
         examples = {lang: intents.labelled_examples(lang) for lang in ("en", "zh")}
         vectors, rows = kb.vectors, kb.rows.tolist()
-        if intents.embedder is not None and intents.embedder.name == kb.model:
+        embedder = intents.embedder
+        if embedder is not None and embedder.name == kb.model:
             texts, variant_rows = product_variants(kb.entries)
-            variants = cached_vectors(cache_dir, "variant-vectors", intents.embedder, texts)
+            variants = cached_vectors(cache_dir, "variant-vectors", embedder, texts)
             if len(variants):
                 vectors = np.concatenate([vectors, variants])
                 rows = rows + variant_rows
+            # Callers' turns answered by an entry (those it does not answer are among the
+            # intent examples already).
+            index = {e.id: i for i, e in enumerate(kb.entries)}
+            turns = [c for c in kb.callers if c.label in index]
+            heard = cached_vectors(cache_dir, "caller-vectors", embedder, heard_as(turns))
+            if len(heard):
+                vectors = np.concatenate([vectors, heard])
+                rows = rows + [index[c.label] for c in turns]
         return cls.train(kb.entries, vectors, rows, examples, cache_dir=cache_dir)
 
     def vouches(self, entry_id: str, vector: NDArray[Any] | None, lang: str) -> bool:

@@ -60,7 +60,9 @@ def default_kb(e5: E5Embedder, cache_dir: Path) -> KnowledgeBase:
 
 @pytest.fixture(scope="session")
 def classifier(e5: E5Embedder, default_kb: KnowledgeBase, cache_dir: Path) -> IntentClassifier:
-    return IntentClassifier(e5, kb_entries=default_kb.entries, cache_dir=cache_dir)
+    return IntentClassifier(
+        e5, kb_entries=default_kb.entries, callers=default_kb.callers, cache_dir=cache_dir
+    )
 
 
 @pytest.fixture(scope="session")
