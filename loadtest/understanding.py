@@ -350,7 +350,11 @@ def build_manager(cache_dir: str | None = None) -> Any:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from kefu.ai_bridge.dialog.manager import DialogManager
 
-    cache = cache_dir or str(Path.home() / ".cache" / "kefu" / "ai")
+    cache = (
+        cache_dir
+        or os.environ.get("KEFU_AI_CACHE_DIR")
+        or str(Path.home() / ".cache" / "kefu" / "ai")
+    )
     Path(cache).mkdir(parents=True, exist_ok=True)
     return DialogManager.build(cache, kb_dir=None, llm=None)
 
@@ -393,7 +397,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lang", choices=("en", "zh", "all"), default="all")
     parser.add_argument("--split", choices=("dev", "heldout", "all"), default="all")
     parser.add_argument("--batch", type=int, help="only the utterances written in batch N")
-    parser.add_argument("--cache-dir", help="index/vector cache (default: the server's)")
+    parser.add_argument(
+        "--cache-dir",
+        help="index/vector cache (default: $KEFU_AI_CACHE_DIR, else ~/.cache/kefu/ai)",
+    )
     parser.add_argument("--json", dest="json_out", help="also write the full report here")
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +24,7 @@ from loadtest.kefu_process import KefuProcess
 __all__ = ["IN_NETNS", "KefuProcess", "start_kefu"]
 
 IN_NETNS = os.environ.get("KEFU_NETNS") == "1"
+_OWN_AI_CACHE = pytest.StashKey[str]()
 
 
 NETNS_REASON = "netns tier: needs a private network namespace (run ./scripts/test.sh)"
@@ -38,6 +41,23 @@ TIERS = (
      "./scripts/setup.sh --test (installs the model packages, builds speexdsp)",
      r"model|deepfilternet|speexdsp|weights|HF_HUB"),
 )  # fmt: skip
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One AI cache for the session (KEFU_AI_CACHE_DIR): every kefu a test starts and the
+    in-process dialog fixtures share the sentence vectors and scorer weights the first AI
+    start computes (~45 s on 2 cores) instead of each computing them in its own state dir.
+    The files are keyed by content and written atomically, so sharing changes no result."""
+    if "KEFU_AI_CACHE_DIR" not in os.environ:
+        path = tempfile.mkdtemp(prefix="kefu-ai-cache-")
+        os.environ["KEFU_AI_CACHE_DIR"] = path
+        config.stash[_OWN_AI_CACHE] = path
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    path = config.stash.get(_OWN_AI_CACHE, None)
+    if path is not None:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -159,13 +159,30 @@ def _atomic_replace(tmp: Path, target: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+def _install_once(tmp: Path, target: Path) -> None:
+    """Rename ``tmp`` to ``target`` unless ``target`` is there already (then drop ``tmp``)."""
+    try:
+        os.rename(tmp, target)
+    except OSError:
+        if not (target / "meta.json").exists():
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def import_kb(
-    paths: Sequence[str | Path], target_dir: str | Path, *, embedder: TextEncoder | None = None
+    paths: Sequence[str | Path],
+    target_dir: str | Path,
+    *,
+    embedder: TextEncoder | None = None,
+    replace: bool = True,
 ) -> ImportReport:
     """Validate ``paths`` fully, then build the index and atomically install it at ``target_dir``.
 
     Raises KbImportError (naming file and line) before anything is written. Without a ready
-    embedder the index has BM25 only (vector search is then skipped at query time).
+    embedder the index has BM25 only (vector search is then skipped at query time). With
+    ``replace=False`` an index another process installed at ``target_dir`` meanwhile is kept
+    and this one dropped (a cache keyed by content: either copy is the same, and a reader of
+    the first must not see it moved away).
     """
     t0 = time.perf_counter()
     entries = parse_files(paths)
@@ -175,7 +192,10 @@ def import_kb(
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     try:
         build_index(entries, tmp, embedder, callers)
-        _atomic_replace(tmp, target)
+        if replace:
+            _atomic_replace(tmp, target)
+        else:
+            _install_once(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -255,8 +275,8 @@ class KnowledgeBase:
             h.update(f.name.encode() + b"\0" + f.read_bytes())
         h.update(embedder.name.encode() if embedder is not None and embedder.ready else b"novec")
         target = Path(cache_dir) / f"default-kb-{h.hexdigest()[:16]}"
-        if not (target / "meta.json").exists():
-            import_kb(files, target, embedder=embedder)
+        if not (target / "meta.json").exists():  # another process may be building it too
+            import_kb(files, target, embedder=embedder, replace=False)
         return cls.load(target)
 
     def with_vectors(self, embedder: TextEncoder | None) -> KnowledgeBase:

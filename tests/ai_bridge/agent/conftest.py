@@ -255,7 +255,7 @@ def ai_settings(tmp_path_factory: pytest.TempPathFactory) -> AiSettings:
     root = tmp_path_factory.mktemp("agent")
     return AiSettings(
         language="en",
-        cache_dir=str(root / "cache"),
+        cache_dir=os.environ["KEFU_AI_CACHE_DIR"],  # the session's (tests/conftest.py)
         interaction_log=str(root / "interactions.jsonl"),
     )
 

@@ -48,8 +48,9 @@ def e5() -> E5Embedder:
 
 
 @pytest.fixture(scope="session")
-def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("dialog-cache")
+def cache_dir() -> Path:
+    """The session's AI cache (tests/conftest.py), which kefu processes share."""
+    return Path(os.environ["KEFU_AI_CACHE_DIR"])
 
 
 @pytest.fixture(scope="session")

@@ -142,6 +142,19 @@ def test_reimport_replaces_atomically(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.md", "b.csv", "kb"]
 
 
+def test_a_cached_index_built_twice_keeps_the_first_copy(tmp_path: Path) -> None:
+    """Two processes building the same content-keyed index (a cold shared cache): the second
+    drops its copy, so a reader of the first never sees its files moved away."""
+    target = tmp_path / "kb"
+    import_kb([write(tmp_path, "a.md", MD)], target, replace=False)
+    first = (target / "entries.json").stat().st_ino
+    report = import_kb([write(tmp_path, "a.md", MD)], target, replace=False)
+    assert report.target_dir == str(target)
+    assert (target / "entries.json").stat().st_ino == first
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.md", "kb"]  # no copy left over
+    assert len(KnowledgeBase.load(target).entries) == 2
+
+
 def test_directory_argument_imports_every_supported_file(tmp_path: Path) -> None:
     src = tmp_path / "src"
     src.mkdir()
