@@ -19,12 +19,11 @@ unknown labels and empty or over-long text are import errors naming the file and
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .kb_formats import LANGS, KbEntry, KbImportError, read_source
+from .kb_formats import LANGS, KbEntry, KbImportError, jsonl_objects, read_source
 from .text import clean_query, detect_lang
 
 __all__ = ["OUT_OF_SCOPE", "CallerTurn", "heard_as", "parse_callers", "read_callers"]
@@ -60,18 +59,7 @@ def parse_callers(path: Path, text: str, entries: Iterable[KbEntry]) -> list[Cal
     problem."""
     langs = {e.id: e.lang for e in entries}
     out: list[CallerTurn] = []
-    for lineno, raw in enumerate(text.splitlines(), start=1):
-        if not raw.strip():
-            continue
-        try:
-            obj = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise KbImportError(path, lineno, f"invalid JSON: {exc.msg}") from None
-        if not isinstance(obj, dict):
-            raise KbImportError(path, lineno, "each line must be a JSON object")
-        unknown = sorted(set(obj) - set(_KEYS))
-        if unknown:
-            raise KbImportError(path, lineno, f"unknown keys {unknown} (allowed: {_KEYS})")
+    for lineno, obj in jsonl_objects(path, text, _KEYS):
         for key in _KEYS:
             if key in obj and not isinstance(obj[key], str):
                 raise KbImportError(path, lineno, f"{key!r} must be a string")

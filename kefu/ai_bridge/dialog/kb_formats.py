@@ -26,9 +26,10 @@ import csv
 import io
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from kefu.errors import LocalError
 
@@ -311,8 +312,11 @@ def parse_csv(path: Path, text: str) -> list[KbEntry]:
     return entries
 
 
-def parse_jsonl(path: Path, text: str) -> list[KbEntry]:
-    entries: list[KbEntry] = []
+def jsonl_objects(
+    path: Path, text: str, keys: Sequence[str]
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) of every non-blank line: KbImportError for a line that is not
+    a JSON object or has a key outside ``keys``."""
     for lineno, raw in enumerate(text.splitlines(), start=1):
         if not raw.strip():
             continue
@@ -322,9 +326,15 @@ def parse_jsonl(path: Path, text: str) -> list[KbEntry]:
             raise KbImportError(path, lineno, f"invalid JSON: {exc.msg}") from None
         if not isinstance(obj, dict):
             raise KbImportError(path, lineno, "each line must be a JSON object")
-        unknown = sorted(set(obj) - set(_JSONL_KEYS))
+        unknown = sorted(set(obj) - set(keys))
         if unknown:
-            raise KbImportError(path, lineno, f"unknown keys {unknown} (allowed: {_JSONL_KEYS})")
+            raise KbImportError(path, lineno, f"unknown keys {unknown} (allowed: {tuple(keys)})")
+        yield lineno, obj
+
+
+def parse_jsonl(path: Path, text: str) -> list[KbEntry]:
+    entries: list[KbEntry] = []
+    for lineno, obj in jsonl_objects(path, text, _JSONL_KEYS):
         for key in ("question", "answer"):
             if not isinstance(obj.get(key), str):
                 raise KbImportError(path, lineno, f"{key!r} must be a string")
