@@ -46,7 +46,7 @@ TIERS = (
 def pytest_configure(config: pytest.Config) -> None:
     """One AI cache for the session (KEFU_AI_CACHE_DIR): every kefu a test starts and the
     in-process dialog fixtures share the sentence vectors and scorer weights the first AI
-    start computes (~45 s on 2 cores) instead of each computing them in its own state dir.
+    start computes (~1 min on 2 cores) instead of each computing them in its own state dir.
     The files are keyed by content and written atomically, so sharing changes no result."""
     if "KEFU_AI_CACHE_DIR" not in os.environ:
         path = tempfile.mkdtemp(prefix="kefu-ai-cache-")
