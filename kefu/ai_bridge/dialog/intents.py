@@ -29,9 +29,9 @@ from .kb import KbEntry
 from .text import detect_lang
 
 UNKNOWN = "unknown"
-# OUT_OF_SCOPE labels examples of questions the knowledge base does not answer
-# (data/intents.json): a turn whose nearest examples are these is off-topic however close its
-# best KB match looks.
+# OUT_OF_SCOPE (defined with the callers' turns, which use it too) labels the examples of
+# questions the knowledge base does not answer: a turn whose nearest examples are these is
+# off-topic however close its best KB match looks.
 # kNN thresholds: below these the best example is too far to trust (chosen on the held-out
 # set in tests/ai_bridge/dialog/heldout_intents.jsonl: no false intents on off-topic turns).
 EN_MIN_COSINE = 0.45
