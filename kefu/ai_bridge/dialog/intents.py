@@ -78,9 +78,52 @@ _RULES: tuple[tuple[str, str, str], ...] = (
 
 # A request for a human that asks *when* one is available is a question about opening hours.
 _ASKS_WHEN = {
-    "en": re.compile(r"\b(what time|when|what hours|hours|open|available)\b"),
-    "zh": re.compile(r"几点|什么时候|时间|上班|下班|有人吗"),
+    "en": re.compile(
+        r"\b(what time|when|what hours|hours|open|available|o'?clock|\d+ ?[ap]\.?m\b|"
+        r"night|evening|morning|weekends?|weekdays?|saturday|sunday|bank holiday)"
+    ),
+    "zh": re.compile(
+        r"几点|什么时候|啥时候|时间|上班|下班|有人吗|还在吗|晚上|早上|白天|半夜|凌晨|中午|"
+        r"周末|周[六日天]|星期|礼拜[六日天]|节假日|过年|[0-9一二两三四五六七八九十]+点"
+    ),
 }
+# Asking whether the voice is a person or a machine is a question for the knowledge base
+# ("Is this a robot?"), not a request for one, unless it also asks to be put through.
+_ASKS_IF_HUMAN = {
+    "en": re.compile(
+        r"\b(are you|you'?re|you are|is (this|that|it) (a |an |just |really |even |actually )?|"
+        r"am i (talking|speaking|chatting) (to|with))\b.{0,40}\b(human|real|person|robot|bot|"
+        r"machine|computer|automated|automatic|recording|recorded|ai|artificial)\b|"
+        r"\b(human|person) or (a |an )?(robot|bot|machine|computer|ai)\b|"
+        r"\b(robot|bot|machine|computer|ai) or (a |an )?(human|person|real)\b"
+    ),
+    "zh": re.compile(
+        r"(你|您|这|对面|那边|这边|接电话的|后面).{0,4}是.{0,4}"
+        r"(真人|人工|机器|ai|人工智能|录音|自动|电脑)|"
+        r"(真人|人工|人)还是.{0,2}(机器|ai|人工智能|录音|电脑|自动)|"
+        r"(机器|ai|人工智能|录音|电脑)还是.{0,2}(真人|人工|人)|"
+        r"(跟|和|同).{0,2}(机器|ai|人工智能|电脑|真人).{0,2}(说话|聊天|讲话|对话)|"
+        r"不是真人|是不是真人|有真人在"
+    ),
+}
+_ASKS_FOR_HUMAN = {
+    "en": re.compile(
+        r"\b(put me through|transfer|connect me|speak to|talk to|get me|give me|i want|"
+        r"i need|i'?d like)\b"
+    ),
+    "zh": re.compile(
+        r"转人工|转接|帮我接|给我接|接人工|找(个|一个)?(真人|人工|人)|要(人工|真人)|"
+        r"换(个|成)?(真人|人工)|叫(个|一个)?(真人|人工|人)|[要想](和|跟|同|找)|让(真人|人工)"
+    ),
+}
+
+
+def _not_a_request(text: str, lang: str) -> bool:
+    """Whether a turn the human-agent rule matched asks when people are available or whether
+    the voice is a person, rather than asking to be put through."""
+    if _ASKS_WHEN[lang].search(text):
+        return True
+    return bool(_ASKS_IF_HUMAN[lang].search(text)) and not _ASKS_FOR_HUMAN[lang].search(text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,8 +223,8 @@ class IntentClassifier:
         s = text.strip().lower()
         for intent, rlang, pat in self._rules:
             if rlang == lang and pat.search(s):
-                if intent == "human_agent" and _ASKS_WHEN[rlang].search(s):
-                    continue  # "when are your human agents available?" is a KB question
+                if intent == "human_agent" and _not_a_request(s, rlang):
+                    continue  # "when are your agents available?", "are you a robot?": the KB
                 return intent
         return None
 

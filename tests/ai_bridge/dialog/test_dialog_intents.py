@@ -57,6 +57,40 @@ def test_rules(classifier: IntentClassifier, text: str, lang: str, intent: str) 
     assert (got.intent, got.method) == (intent, "rule")
 
 
+@pytest.mark.parametrize(
+    ("text", "lang"),
+    [
+        ("hang on, is this an actual human or a recording?", "en"),
+        ("you're a bot, aren't you", "en"),
+        ("is there a real person on the phones on saturday", "en"),
+        ("接电话的是机器人还是真人", "zh"),
+        ("我是不是在和人工智能聊天", "zh"),
+        ("周日打过去有人工吗", "zh"),
+        ("晚上八点以后还能找到人工吗", "zh"),
+    ],
+)
+def test_asking_about_people_is_not_asking_for_one(
+    classifier: IntentClassifier, text: str, lang: str
+) -> None:
+    """Whether the voice is a machine, or when people answer, is a question for the KB."""
+    assert classifier.rule(text.lower(), lang) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "lang"),
+    [
+        ("are you a robot? just put me through to someone", "en"),
+        ("I don't care if you're a machine, I want a real person", "en"),
+        ("你是机器人吧 给我转人工", "zh"),
+        ("我要跟真人说话", "zh"),
+    ],
+)
+def test_asking_for_a_person_still_hands_over(
+    classifier: IntentClassifier, text: str, lang: str
+) -> None:
+    assert classifier.rule(text.lower(), lang) == "human_agent"
+
+
 def test_off_topic_is_unknown(classifier: IntentClassifier) -> None:
     assert classifier.classify("what is the boiling point of mercury", lang="en").intent == UNKNOWN
 
