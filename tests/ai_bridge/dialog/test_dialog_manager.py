@@ -77,6 +77,23 @@ async def test_asking_for_a_human_hands_off(manager: DialogManager, text: str) -
     assert r.handoff and r.source == "handoff" and r.intent == "human_agent"
 
 
+@pytest.mark.parametrize(
+    ("text", "entry"),
+    [
+        ("wait, am I talking to a machine or a real person?", "en-human-robot"),
+        ("你这边是真人还是机器人", "zh-human-robot"),
+    ],
+)
+async def test_asking_if_it_is_a_robot_is_answered_not_handed_off(
+    manager: DialogManager, text: str, entry: str
+) -> None:
+    """The caller learns it is the AI assistant and how to reach a person; the call stays."""
+    r, s = await say(manager, "c7b", text)
+    assert (r.source, r.kb_ids, r.handoff) == ("kb", (entry,), False)
+    assert r.intent == "assistant_identity"
+    assert any("agent" in x or "转人工" in x for x in s)
+
+
 async def test_chinese_turns_answer_in_chinese(manager: DialogManager) -> None:
     r, s = await say(manager, "z1", "你好")
     assert (r.source, r.lang) == ("greeting", "zh") and s == ["您好！请问有什么可以帮您？"]
