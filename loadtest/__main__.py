@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         sub.add_parser("flood", help="INVITE/garbage floods: legit calls and OPTIONS answered")
     )
 
-    from loadtest import hesitation, mandarin_eval, understanding
+    from loadtest import hesitation, mandarin_eval, understanding, understanding_cv
 
     hesitation.add_arguments(
         sub.add_parser("hesitation", help="end of turn: hesitant callers cut off, delays")
@@ -145,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
 
     understanding.add_arguments(
         sub.add_parser("understanding", help="dialog answers on spoken-style caller utterances")
+    )
+    understanding_cv.add_arguments(
+        sub.add_parser("understanding-cv", help="k-fold cross-validation on the callers' turns")
     )
 
     events = sub.add_parser("events", help="call events through the bus to /api/events readers")
@@ -188,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
         return avatar_sync.main(args)
     if args.command == "understanding":
         return understanding.main(args)
+    if args.command == "understanding-cv":
+        return understanding_cv.main(args)
     if args.command == "mandarin":
         return mandarin_eval.main(args)
     if args.command == "hesitation":

@@ -350,13 +350,18 @@ def build_manager(cache_dir: str | None = None) -> Any:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from kefu.ai_bridge.dialog.manager import DialogManager
 
+    return DialogManager.build(ai_cache_dir(cache_dir), kb_dir=None, llm=None)
+
+
+def ai_cache_dir(cache_dir: str | None = None) -> str:
+    """``cache_dir``, else ``$KEFU_AI_CACHE_DIR``, else the server's default; created."""
     cache = (
         cache_dir
         or os.environ.get("KEFU_AI_CACHE_DIR")
         or str(Path.home() / ".cache" / "kefu" / "ai")
     )
     Path(cache).mkdir(parents=True, exist_ok=True)
-    return DialogManager.build(cache, kb_dir=None, llm=None)
+    return cache
 
 
 def run(
