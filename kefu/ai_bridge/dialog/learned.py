@@ -248,6 +248,14 @@ class LearnedScorer:
             return None
         return model.prob_of(vector).get(OUT_OF_SCOPE, 0.0)
 
+    def probabilities(self, vector: NDArray[Any] | None, lang: str) -> dict[str, float] | None:
+        """p of every label (entry ids, out of scope, social) for the turn ``vector``; None
+        without a model for ``lang`` or a vector."""
+        model = self.models.get(lang)
+        if model is None or vector is None:
+            return None
+        return model.prob_of(vector)
+
     def rerank(self, hits: Sequence[Hit], vector: NDArray[Any] | None, lang: str) -> list[Hit]:
         """``hits`` re-scored with the learned term (see :data:`RERANK_WEIGHT`) and re-sorted;
         ``confidence`` stays as the retriever calibrated it. Unchanged without a model for

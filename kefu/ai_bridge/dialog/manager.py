@@ -315,6 +315,9 @@ class DialogManager:
             return fallback(ir.intent, conf)
         if may_ask and choice.too_close_in_either(hits, raw, self.low_confidence):
             return choice.ask_plan(hits, query, ir.intent, cleared, lang, conf)
+        other = choice.rival(hits, self._probabilities(qvec, lang)) if may_ask else None
+        if other is not None:
+            return choice.ask_plan([hits[0], other], query, ir.intent, cleared, lang, conf)
         return self._answer(best, conf, hits, query, ir, st, cleared)
 
     async def prefetch(self, text: str, *, lang: str | None = None) -> None:
@@ -344,6 +347,9 @@ class DialogManager:
             return False
         p = self.scorer.out_of_scope_p(vector, lang) if self.scorer is not None else None
         return p is not None and p < ASK_OOS_P
+
+    def _probabilities(self, vector: NDArray[Any] | None, lang: str) -> dict[str, float] | None:
+        return self.scorer.probabilities(vector, lang) if self.scorer is not None else None
 
     def _vouched(self, entry: KbEntry, vector: NDArray[Any] | None, lang: str) -> bool:
         """Near no single phrasing, but the learned scorer places the turn in ``entry``."""

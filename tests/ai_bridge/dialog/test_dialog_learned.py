@@ -180,6 +180,19 @@ def test_a_close_call_in_the_retrieved_ranking_is_still_asked() -> None:
     assert not choice.too_close_in_either(far, far, 0.45)
 
 
+def test_a_strong_second_opinion_for_another_hit_is_a_rival() -> None:
+    hits = [_hit("a", 0.90), _hit("b", 0.88), _hit("c", 0.85)]
+    # The scorer prefers the third hit and gives the best one little: ask between a and c.
+    rival = choice.rival(hits, {"a": 0.1, "b": 0.05, "c": choice.RIVAL_P})
+    assert rival is not None and rival.entry.id == "c"
+    # It agrees, is unsure, still gives the best hit enough, or prefers something not hit.
+    assert choice.rival(hits, {"a": 0.6, "b": 0.3}) is None
+    assert choice.rival(hits, {"a": 0.1, "b": choice.RIVAL_P - 0.01}) is None
+    assert choice.rival(hits, {"a": choice.RIVAL_BEST_P + 0.01, "b": 0.6}) is None
+    assert choice.rival(hits, {"a": 0.05, "out_of_scope": 0.9}) is None
+    assert choice.rival(hits, None) is None and choice.rival([], {"a": 1.0}) is None
+
+
 # --- vouching for a turn the retriever was unsure of ----------------------------------------
 
 

@@ -195,6 +195,26 @@ async def test_two_sibling_answers_too_close_are_asked_not_guessed(
     assert choice.CHOICE_MARGIN > 0
 
 
+async def test_when_the_learned_scorer_prefers_another_hit_the_caller_is_asked(
+    manager: DialogManager, retriever: HybridRetriever, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = "How long does delivery take?"
+    vector = manager._embed(text, "en")
+    hits = retriever.search(text, vector=vector, lang="en", k=10)
+    best, other = hits[0].entry.id, next(h.entry.id for h in hits if h.entry.id != hits[0].entry.id)
+    answered = await manager.respond("rival-0", text, lang="en")
+    assert answered.kb_ids == (best,)
+    # A second opinion that strongly prefers another of the hits: asked, not guessed.
+    opinion = {best: 0.05, other: 0.9}
+    monkeypatch.setattr(manager, "_probabilities", lambda v, lang: opinion)
+    asked = await manager.respond("rival-1", text, lang="en")
+    assert asked.source == "clarify" and asked.kb_ids == ()
+    state = await manager.store.get("rival-1")
+    assert state is not None and state.pending_choice == (best, other)
+    picked = await manager.respond("rival-1", "the second one", lang="en")
+    assert picked.kb_ids == (other,)
+
+
 def test_the_nearest_labelled_example_decides_the_side(
     manager: DialogManager, retriever: HybridRetriever
 ) -> None:
