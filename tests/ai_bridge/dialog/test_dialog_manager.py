@@ -80,7 +80,7 @@ async def test_asking_for_a_human_hands_off(manager: DialogManager, text: str) -
 @pytest.mark.parametrize(
     ("text", "entry"),
     [
-        ("wait, am I talking to a machine or a real person?", "en-human-robot"),
+        ("hold on, am I speaking with a computer?", "en-human-robot"),
         ("你这边是真人还是机器人", "zh-human-robot"),
     ],
 )
