@@ -1,13 +1,14 @@
-"""Arrays the dialog computes at start (example vectors, the learned scorer's weights), kept
-in the cache directory under a hash of what they were computed from: only the first start
-after an edit pays for them. Files are written whole or not at all (a temporary name, then
-``os.replace``), so concurrent starts never read half a file."""
+"""Arrays the dialog computes at start, kept in the cache directory: the learned scorer's
+weights under a hash of what they were computed from (:func:`cached_arrays`), and sentence
+vectors one by one in a store per model (:func:`cached_vectors`), so only the first start
+after an edit pays, and only for what changed. Files are written whole or not at all (a
+temporary name, then ``os.replace``), so concurrent starts never read half a file."""
 
 from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,18 +49,44 @@ def cached_arrays(
 
 
 def cached_vectors(
-    cache_dir: str | Path | None, name: str, embedder: TextEncoder, texts: list[str]
+    cache_dir: str | Path | None, embedder: TextEncoder, texts: Sequence[str]
 ) -> NDArray[np.float32]:
-    """``embedder``'s vectors of ``texts``, kept as ``<name>-<hash>.npz`` keyed by the model's
-    name and the texts: a few hundred sentences take seconds to embed on 2 cores, so only the
-    first start after an edit pays for them."""
+    """``embedder``'s vectors of ``texts``, kept per sentence in one store per model,
+    ``<cache_dir>/sentence-vectors-<hash of the model name>.npz``: a few thousand sentences
+    take a minute to embed on 2 cores, so a start embeds only the sentences no earlier start
+    did (an edited KB or callers' file costs its new lines only, and a sentence used twice, a
+    KB phrasing in the index and among the intent examples, is embedded once). Concurrent
+    starts may each write the store; the last whole file wins and what it lacks is embedded
+    again next time. Without a ``cache_dir`` everything is embedded."""
     if not texts:
         return np.zeros((0, embedder.dim), np.float32)
-    arrays = cached_arrays(
-        cache_dir,
-        name,
-        "\n".join((embedder.name, *texts)).encode(),
-        lambda: {"vectors": embedder.embed(texts)},
-        lambda a: a["vectors"].shape == (len(texts), embedder.dim),
-    )
-    return np.asarray(arrays["vectors"], dtype=np.float32)
+    if cache_dir is None:
+        return np.asarray(embedder.embed(list(texts)), dtype=np.float32)
+    digest = hashlib.sha256(embedder.name.encode()).hexdigest()[:16]
+    path = Path(cache_dir) / f"sentence-vectors-{digest}.npz"
+    known = _read_store(path, embedder.dim)
+    missing = [t for t in dict.fromkeys(texts) if t not in known]
+    if missing:
+        fresh = np.asarray(embedder.embed(missing), dtype=np.float32)
+        known.update(zip(missing, fresh, strict=True))
+        _write_store(path, known)
+    return np.stack([known[t] for t in texts]).astype(np.float32)
+
+
+def _read_store(path: Path, dim: int) -> dict[str, NDArray[np.float32]]:
+    """The store's sentence -> vector map; empty when missing, unreadable or of another size."""
+    try:
+        with np.load(path) as z:
+            texts, vectors = z["texts"], z["vectors"]
+    except (OSError, KeyError, ValueError):
+        return {}
+    if vectors.ndim != 2 or vectors.shape != (len(texts), dim):
+        return {}
+    return dict(zip(texts.tolist(), vectors.astype(np.float32), strict=True))
+
+
+def _write_store(path: Path, known: dict[str, NDArray[np.float32]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.stem}.tmp{os.getpid()}.npz")
+    np.savez(tmp, texts=np.array(list(known)), vectors=np.stack(list(known.values())))
+    os.replace(tmp, path)

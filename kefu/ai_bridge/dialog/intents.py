@@ -208,7 +208,7 @@ class IntentClassifier:
     def _example_vectors(self, texts: list[str], cache_dir: str | Path | None) -> NDArray[Any]:
         if self.embedder is None:
             return np.zeros((0, 384), np.float32)
-        return cached_vectors(cache_dir, "intent-vectors", self.embedder, texts)
+        return cached_vectors(cache_dir, self.embedder, texts)
 
     def labelled_examples(self, lang: str) -> list[tuple[str, NDArray[Any]]]:
         """(intent, vector) of every data/intents.json example of ``lang`` (KB phrasings

@@ -34,6 +34,7 @@ import structlog
 from numpy.typing import NDArray
 
 from .callers import CallerTurn, read_callers
+from .disk_cache import cached_vectors
 from .embed import TextEncoder
 from .kb_formats import (
     CALLERS_SUFFIX,
@@ -102,15 +103,17 @@ def build_index(
     out_dir: Path,
     embedder: TextEncoder | None,
     callers: Sequence[CallerTurn] = (),
+    vectors_cache: str | Path | None = None,
 ) -> None:
     """Write the stored index for ``entries`` (and their ``callers``) into the (existing,
-    empty) ``out_dir``."""
+    empty) ``out_dir``; phrasings already in the sentence store under ``vectors_cache``
+    (:func:`.disk_cache.cached_vectors`) are not embedded again."""
     import bm25s
 
     retriever = bm25s.BM25()
     retriever.index([_doc_tokens(e) for e in entries], show_progress=False)
     retriever.save(str(out_dir / "bm25"), show_progress=False)
-    vectors, rows = phrasing_vectors(entries, embedder)
+    vectors, rows = phrasing_vectors(entries, embedder, vectors_cache)
     np.save(out_dir / "vectors.npy", vectors)
     np.save(out_dir / "rows.npy", rows)
     (out_dir / "entries.json").write_text(
@@ -128,7 +131,9 @@ def build_index(
 
 
 def phrasing_vectors(
-    entries: Sequence[KbEntry], embedder: TextEncoder | None
+    entries: Sequence[KbEntry],
+    embedder: TextEncoder | None,
+    vectors_cache: str | Path | None = None,
 ) -> tuple[NDArray[Any], NDArray[Any]]:
     """(vectors, entry index per row) over every question phrasing; empty without a model."""
     texts: list[str] = []
@@ -139,7 +144,7 @@ def phrasing_vectors(
             rows.append(i)
     if embedder is None or not embedder.ready:
         return np.zeros((0, 384), dtype=np.float32), np.zeros(0, dtype=np.int32)
-    return embedder.embed(texts), np.asarray(rows, dtype=np.int32)
+    return cached_vectors(vectors_cache, embedder, texts), np.asarray(rows, dtype=np.int32)
 
 
 def _atomic_replace(tmp: Path, target: Path) -> None:
@@ -175,6 +180,7 @@ def import_kb(
     *,
     embedder: TextEncoder | None = None,
     replace: bool = True,
+    vectors_cache: str | Path | None = None,
 ) -> ImportReport:
     """Validate ``paths`` fully, then build the index and atomically install it at ``target_dir``.
 
@@ -182,7 +188,8 @@ def import_kb(
     embedder the index has BM25 only (vector search is then skipped at query time). With
     ``replace=False`` an index another process installed at ``target_dir`` meanwhile is kept
     and this one dropped (a cache keyed by content: either copy is the same, and a reader of
-    the first must not see it moved away).
+    the first must not see it moved away). ``vectors_cache``: a directory whose sentence store
+    (:func:`.disk_cache.cached_vectors`) supplies, and keeps, the phrasing vectors.
     """
     t0 = time.perf_counter()
     entries = parse_files(paths)
@@ -191,7 +198,7 @@ def import_kb(
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     try:
-        build_index(entries, tmp, embedder, callers)
+        build_index(entries, tmp, embedder, callers, vectors_cache)
         if replace:
             _atomic_replace(tmp, target)
         else:
@@ -276,7 +283,7 @@ class KnowledgeBase:
         h.update(embedder.name.encode() if embedder is not None and embedder.ready else b"novec")
         target = Path(cache_dir) / f"default-kb-{h.hexdigest()[:16]}"
         if not (target / "meta.json").exists():  # another process may be building it too
-            import_kb(files, target, embedder=embedder, replace=False)
+            import_kb(files, target, embedder=embedder, replace=False, vectors_cache=cache_dir)
         return cls.load(target)
 
     def with_vectors(self, embedder: TextEncoder | None) -> KnowledgeBase:

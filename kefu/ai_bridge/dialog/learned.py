@@ -220,7 +220,7 @@ class LearnedScorer:
         embedder = intents.embedder
         if embedder is not None and embedder.name == kb.model:
             texts, variant_rows = product_variants(kb.entries)
-            variants = cached_vectors(cache_dir, "variant-vectors", embedder, texts)
+            variants = cached_vectors(cache_dir, embedder, texts)
             if len(variants):
                 vectors = np.concatenate([vectors, variants])
                 rows = rows + variant_rows
@@ -228,7 +228,7 @@ class LearnedScorer:
             # intent examples already).
             index = {e.id: i for i, e in enumerate(kb.entries)}
             turns = [c for c in kb.callers if c.label in index]
-            heard = cached_vectors(cache_dir, "caller-vectors", embedder, heard_as(turns))
+            heard = cached_vectors(cache_dir, embedder, heard_as(turns))
             if len(heard):
                 vectors = np.concatenate([vectors, heard])
                 rows = rows + [index[c.label] for c in turns]
