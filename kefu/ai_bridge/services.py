@@ -157,7 +157,9 @@ class AiServices:
         def load_dialog() -> DialogManager:
             cache_dir = settings.cache_dir or str(Path.home() / ".cache" / "kefu" / "ai")
             Path(cache_dir).mkdir(parents=True, exist_ok=True)
-            return DialogManager.build(cache_dir, kb_dir=settings.kb_dir, llm=llm)
+            return DialogManager.build(
+                cache_dir, kb_dir=settings.kb_dir, llm=llm, other_shops=settings.other_shops
+            )
 
         async def load_voice() -> Voice:
             voice = Voice(neural_chinese=mandarin)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from kefu.ai_bridge.dialog.shops import OTHER_SHOPS
+
 
 @dataclass(frozen=True, slots=True)
 class AiSettings:
@@ -52,6 +54,9 @@ class AiSettings:
     """Voice needed to flush the bot's answer; shorter voice only pauses it (backchannels)."""
     hotwords: tuple[str, ...] = ()
     """Vocabulary biasing the ASR (product names)."""
+    other_shops: tuple[str, ...] = OTHER_SHOPS
+    """Marketplaces and retailers whose orders this line cannot see: a caller asking about one
+    is told so, not given this shop's answer (kefu/ai_bridge/dialog/shops.py; ``[]``: none)."""
     interaction_log: str | None = None
     """Path of the JSONL interaction log (one line per turn); None: off."""
     interaction_log_mask: bool = True

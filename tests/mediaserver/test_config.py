@@ -109,3 +109,14 @@ def test_tls_settings_are_checked_at_start(tmp_path: pathlib.Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(environ={"KEFU_RTP_SRTP": "maybe"})
     assert info.value.key == "rtp.srtp"
+
+
+def test_other_shops_default_to_the_bundled_list_and_can_be_set_or_emptied(tmp_path):
+    from kefu.ai_bridge.dialog.shops import OTHER_SHOPS
+
+    assert load_config(None, environ={}).ai.other_shops == OTHER_SHOPS
+    path = tmp_path / "kefu.toml"
+    path.write_text('[ai]\nother_shops = ["Acme Mart", "京东"]\n', encoding="utf-8")
+    assert load_config(path, environ={}).ai.other_shops == ("Acme Mart", "京东")
+    path.write_text("[ai]\nother_shops = []\n", encoding="utf-8")
+    assert load_config(path, environ={}).ai.other_shops == ()

@@ -53,6 +53,7 @@ from .llm_answer import llm_answer
 from .phrases import say
 from .plan import SOURCES, Plan, Reply, iterate
 from .retrieval import LOW_CONFIDENCE, Hit, HybridRetriever, Retriever
+from .shops import OTHER_SHOPS, other_shop
 from .slots import display, extract_slots
 from .state import CallLocks, DialogState, MemorySessionStore, SessionStore
 from .text import clean_query, detect_lang, split_sentences, warm_up
@@ -109,6 +110,7 @@ class DialogManager:
         low_confidence: float = LOW_CONFIDENCE,
         today: Callable[[], dt.date] = dt.date.today,
         scorer: LearnedScorer | None = None,
+        other_shops: Sequence[str] = OTHER_SHOPS,
     ) -> None:
         self.retriever = retriever
         self.intents = intents
@@ -119,6 +121,8 @@ class DialogManager:
         self.low_confidence = low_confidence
         self.today = today
         self.scorer = scorer
+        self.other_shops = tuple(other_shops)
+        """Shops whose orders this line cannot see (:mod:`.shops`; ``[ai] other_shops``)."""
         self.ready = True
         self.error: str | None = None if self.embedder else "embedder unavailable: BM25 only"
         self._locks = CallLocks()
@@ -287,6 +291,11 @@ class DialogManager:
         elif ir.intent in ("affirm", "deny"):
             return canned("clarify", "what", ir.intent)
 
+        shop = None if resumed else other_shop(text, self.other_shops)
+        if shop is not None:  # another shop's order, refund, repair: not ours to answer
+            line = say("other_shop", lang).format(shop=shop)
+            handoff_offered = replace(cleared, offered_handoff=True)
+            return Plan("fallback", ir.intent, handoff_offered, lang, 0.0, sentences=[line])
         qvec = vector if query == topic else self._embed(query, lang)
         raw = self.retriever.search(query, vector=qvec, lang=lang, k=10)
         hits = self.scorer.rerank(raw, qvec, lang) if self.scorer is not None else raw

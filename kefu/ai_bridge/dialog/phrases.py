@@ -8,6 +8,14 @@ SAY: dict[tuple[str, str], str] = {
         "en",
     ): "I'm not sure about that — would you like me to connect you to a colleague?",
     ("fallback", "zh"): "这个问题我不太确定，需要为您转接人工客服吗？",
+    ("other_shop", "en"): (
+        "I can only see orders and accounts with us, so I can't check anything from {shop}."
+        " Would you like me to connect you to a colleague?"
+    ),
+    (
+        "other_shop",
+        "zh",
+    ): "我这边只能查询本店的订单和账户，{shop}的问题需要联系{shop}。需要为您转接人工客服吗？",
     ("handoff", "en"): "Of course, I'm connecting you to a colleague now.",
     ("handoff", "zh"): "好的，正在为您转接人工客服。",
     ("greeting", "en"): "Hello! How can I help you today?",
