@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import zipfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -78,8 +79,8 @@ def _read_store(path: Path, dim: int) -> dict[str, NDArray[np.float32]]:
     try:
         with np.load(path) as z:
             texts, vectors = z["texts"], z["vectors"]
-    except (OSError, KeyError, ValueError):
-        return {}
+    except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile):
+        return {}  # missing, or damaged (a half-copied cache dir): embedded again
     if vectors.ndim != 2 or vectors.shape != (len(texts), dim):
         return {}
     return dict(zip(texts.tolist(), vectors.astype(np.float32), strict=True))

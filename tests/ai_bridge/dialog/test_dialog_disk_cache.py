@@ -69,10 +69,14 @@ def test_sentence_vectors_are_embedded_once_per_sentence_across_lists_and_starts
     wider = _Wider()
     assert cached_vectors(tmp_path, wider, ["ab"]).shape == (1, 3)  # type: ignore[arg-type]
     # A damaged store is re-made; no cache dir: embedded every time; nothing: nothing.
-    next(tmp_path.glob("sentence-vectors-*")).write_bytes(b"not a zip")
+    store = next(tmp_path.glob("sentence-vectors-*"))
+    store.write_bytes(b"not a zip")
     fresh = _Counting()
     cached_vectors(tmp_path, fresh, ["ab"])  # type: ignore[arg-type]
     assert fresh.embedded == ["ab"]
-    cached_vectors(None, fresh, ["ab"])  # type: ignore[arg-type]
+    store.write_bytes(store.read_bytes()[:200])  # cut short: a zip without its directory
+    cached_vectors(tmp_path, fresh, ["ab"])  # type: ignore[arg-type]
     assert fresh.embedded == ["ab", "ab"]
+    cached_vectors(None, fresh, ["ab"])  # type: ignore[arg-type]
+    assert fresh.embedded == ["ab", "ab", "ab"]
     assert cached_vectors(tmp_path, fresh, []).shape == (0, 2)  # type: ignore[arg-type]
