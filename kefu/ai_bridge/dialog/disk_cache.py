@@ -36,16 +36,11 @@ def cached_arrays(
     if cache_dir is None:
         return make()
     path = Path(cache_dir) / f"{name}-{hashlib.sha256(key).hexdigest()[:16]}.npz"
-    if path.exists():
-        with np.load(path) as z:
-            stored = {k: z[k] for k in z.files}
-        if fits(stored):
-            return stored
+    stored = _read(path)
+    if stored is not None and fits(stored):
+        return stored
     arrays = make()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.stem}.tmp{os.getpid()}.npz")
-    np.savez(tmp, **arrays)
-    os.replace(tmp, path)
+    _write(path, arrays)
     return arrays
 
 
@@ -70,24 +65,32 @@ def cached_vectors(
     if missing:
         fresh = np.asarray(embedder.embed(missing), dtype=np.float32)
         known.update(zip(missing, fresh, strict=True))
-        _write_store(path, known)
+        _write(path, {"texts": np.array(list(known)), "vectors": np.stack(list(known.values()))})
     return np.stack([known[t] for t in texts]).astype(np.float32)
+
+
+def _read(path: Path) -> Arrays | None:
+    """The arrays in ``path``; None when it is missing or damaged (a half-copied cache dir):
+    they are computed again."""
+    try:
+        with np.load(path) as z:
+            return {k: z[k] for k in z.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile):
+        return None
 
 
 def _read_store(path: Path, dim: int) -> dict[str, NDArray[np.float32]]:
     """The store's sentence -> vector map; empty when missing, unreadable or of another size."""
-    try:
-        with np.load(path) as z:
-            texts, vectors = z["texts"], z["vectors"]
-    except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile):
-        return {}  # missing, or damaged (a half-copied cache dir): embedded again
-    if vectors.ndim != 2 or vectors.shape != (len(texts), dim):
+    z = _read(path) or {}
+    texts, vectors = z.get("texts"), z.get("vectors")
+    if texts is None or vectors is None or vectors.shape != (len(texts), dim):
         return {}
     return dict(zip(texts.tolist(), vectors.astype(np.float32), strict=True))
 
 
-def _write_store(path: Path, known: dict[str, NDArray[np.float32]]) -> None:
+def _write(path: Path, arrays: Arrays) -> None:
+    """``arrays`` saved whole at ``path``: written under a temporary name, then renamed."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.stem}.tmp{os.getpid()}.npz")
-    np.savez(tmp, texts=np.array(list(known)), vectors=np.stack(list(known.values())))
+    np.savez(tmp, **arrays)
     os.replace(tmp, path)

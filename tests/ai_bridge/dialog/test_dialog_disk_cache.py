@@ -32,6 +32,13 @@ def test_arrays_are_computed_once_per_key_and_recomputed_when_they_do_not_fit(
     assert len(list(tmp_path.glob("t-*.npz"))) == 2
     cached_arrays(None, "t", b"k", lambda: make(1), lambda a: True)
     assert calls == [3, 4, 2, 1]
+    # a damaged file is computed again and replaced
+    for damaged in tmp_path.glob("t-*.npz"):
+        damaged.write_bytes(damaged.read_bytes()[:100])
+    cached_arrays(tmp_path, "t", b"k", lambda: make(4), lambda a: a["v"].shape == (4,))
+    assert calls == [3, 4, 2, 1, 4]
+    again4 = cached_arrays(tmp_path, "t", b"k", lambda: make(4), lambda a: a["v"].shape == (4,))
+    assert calls == [3, 4, 2, 1, 4] and list(again4["v"]) == [0, 1, 2, 3]
 
 
 class _Counting:
