@@ -21,8 +21,9 @@ __all__ = ["reply_openings"]
 def reply_openings(entries: Iterable[KbEntry]) -> dict[str, list[str]]:
     """Per language, the first sentence of every answer in ``entries`` and every canned line.
 
-    Answers whose first sentence has a slot to fill (``{order_number}``) differ per call and
-    are left out; duplicates are listed once, in order.
+    Answers whose first sentence has a slot to fill (``{order_number}``), and canned lines
+    with one (``{shop}``), differ per call and are left out; duplicates are listed once, in
+    order.
     """
     lines: dict[str, dict[str, None]] = {}
     for entry in entries:
@@ -30,5 +31,6 @@ def reply_openings(entries: Iterable[KbEntry]) -> dict[str, list[str]]:
         if first and "{" not in first[0]:
             lines.setdefault(entry.lang, {})[first[0]] = None
     for (_, lang), line in SAY.items():  # spoken whole, as one sentence
-        lines.setdefault(lang, {})[line] = None
+        if "{" not in line:  # one that names something ({shop}) differs per call
+            lines.setdefault(lang, {})[line] = None
     return {lang: list(found) for lang, found in lines.items()}

@@ -27,6 +27,7 @@ def test_first_sentences_without_slots_and_the_canned_lines() -> None:
     assert not any("{" in line or "We text you" in line for line in en)
     assert zh[0] == "标准配送需要三到五个工作日。"
     assert say("fallback", "en") in en and say("handoff", "zh") in zh
+    assert say("other_shop", "en") not in en  # names the shop: differs per call
     assert "Print the label under My Orders." not in en  # later sentences render in time
 
 
