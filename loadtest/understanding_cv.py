@@ -3,7 +3,7 @@ turns shipped with the KB (``kefu/ai_bridge/data/kb/*.callers.jsonl``).
 
 The evaluation set (:mod:`loadtest.understanding`) has a dev split too small to choose a
 threshold on once most of its errors are fixed (Mandarin dev has no sibling confusions left),
-and its heldout split must never be tuned on. The callers' turns are ~1,700 labelled turns per
+and its heldout split must never be tuned on. The callers' turns are ~2,250 labelled turns per
 language, written by other hands in every caller style; here each is scored by a dialog stack
 trained *without* it:
 
