@@ -17,8 +17,9 @@ trained *without* it:
 
 The figures are lower than the evaluation set's: the last round of turns was written to be
 hard (misheard, rambling, dialect). They compare settings; they are not the product's accuracy.
-Embeddings are memoised in memory for the run (the folds share every sentence), so a run costs
-one embedding pass (~1 min on 2 cores) plus ~10 ms per turn and fold; the latency columns
+The folds share their training sentences through the dialog's sentence-vector store in the
+cache directory (:func:`kefu.ai_bridge.dialog.disk_cache.cached_vectors`), so a run embeds
+each once (none on a warm cache) plus every asked turn, ~2 min on 2 cores; the latency columns
 are left empty (`understanding` measures latency). ``choice_asked_pct`` is how often the
 caller was asked "A or B?".
 """
@@ -35,35 +36,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-from numpy.typing import NDArray
-
 from loadtest import understanding as U
 
 _HANDOFF_RIGHT = ("-human-request", "-human-complaint")
-
-
-class _Memo:
-    """A sentence encoder that remembers every vector it made (the folds share sentences)."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.name, self.dim, self.languages = inner.name, inner.dim, inner.languages
-        self.ready, self.error = inner.ready, inner.error
-        self._seen: dict[str, NDArray[Any]] = {}
-
-    def embed(self, texts: Sequence[str], *, batch_size: int = 32) -> NDArray[Any]:
-        new = [t for t in dict.fromkeys(texts) if t not in self._seen]
-        if new:
-            self._seen.update(zip(new, self.inner.embed(new, batch_size=batch_size), strict=True))
-        if not texts:
-            return np.zeros((0, self.dim), np.float32)
-        out: NDArray[Any] = np.stack([self._seen[t] for t in texts]).astype(np.float32)
-        return out
-
-    def embed_one(self, text: str) -> NDArray[Any]:
-        vector: NDArray[Any] = self.embed([text])[0]
-        return vector
 
 
 def fold_of(text: str, folds: int) -> int:
@@ -96,7 +71,7 @@ def run(langs: Sequence[str], folds: int, cache_dir: str | None = None) -> dict[
     from kefu.ai_bridge.dialog.retrieval import HybridRetriever
 
     cache = U.ai_cache_dir(cache_dir)
-    embedder = _Memo(E5Embedder())
+    embedder = E5Embedder()
     if not embedder.ready:
         raise SystemExit(f"understanding-cv needs the e5 embedder: {embedder.error}")
     kb = KnowledgeBase.default(cache, embedder).with_vectors(embedder)
@@ -105,8 +80,10 @@ def run(langs: Sequence[str], folds: int, cache_dir: str | None = None) -> dict[
         kept = [c for c in kb.callers if fold_of(c.text, folds) != f]
         asked = [c for c in kb.callers if fold_of(c.text, folds) == f and c.lang in langs]
         part = KnowledgeBase(kb.entries, kb.bm25, kb.vectors, kb.rows, kb.directory, kb.model, kept)
-        intents = IntentClassifier(embedder, kb_entries=part.entries, callers=part.callers)
-        scorer = LearnedScorer.for_dialog(part, intents)
+        intents = IntentClassifier(
+            embedder, kb_entries=part.entries, callers=part.callers, cache_dir=cache
+        )
+        scorer = LearnedScorer.for_dialog(part, intents, cache_dir=cache)
         manager = DialogManager(HybridRetriever(part, embedder), intents, embedder, scorer=scorer)
         results += asyncio.run(U._ask(manager, [_item(c) for c in asked]))
     entries = U.kb_entries()
