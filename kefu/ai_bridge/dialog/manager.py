@@ -233,6 +233,7 @@ class DialogManager:
             pending_slot="",
             pending_intent="",
             pending_query="",
+            pending_entry="",
             offered_handoff=False,
             pending_choice=(),
             pending_choice_query="",
@@ -284,6 +285,10 @@ class DialogManager:
         if state.pending_slot and state.pending_slot in new_slots:
             query, resumed = state.pending_query, True
             ir = replace(ir, intent=state.pending_intent)
+            waiting = self._by_id.get(state.pending_entry)
+            if waiting is not None:  # the entry that asked, whatever a re-ranking says now
+                hits = self.retriever.search(query, vector=self._embed(query, lang), lang=lang)
+                return self._answer(waiting, 1.0, hits, query, ir, st, cleared)
         elif state.last_query and self._is_followup(text, lang) and ir.method != "rule":
             # The fragment alone is ambiguous ("how long does it take?"): rank on the last
             # question plus the fragment.
@@ -410,6 +415,7 @@ class DialogManager:
                 pending_slot=missing[0],
                 pending_intent=best.intent or ir.intent,
                 pending_query=query,
+                pending_entry=best.id,
             )
             return Plan(
                 "clarify",

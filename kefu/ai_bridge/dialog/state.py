@@ -49,6 +49,10 @@ class DialogState:
     """Intent that was waiting for ``pending_slot``."""
     pending_query: str = ""
     """The question that was waiting for ``pending_slot`` (answered once it is filled)."""
+    pending_entry: str = ""
+    """The knowledge-base entry that asked for ``pending_slot``: the one answered once it is
+    filled (a re-ranking of ``pending_query`` could prefer the entry the caller turned down
+    in "A or B?")."""
     offered_handoff: bool = False
     """The bot just offered a human colleague; "yes" means hand off."""
     pending_choice: tuple[str, ...] = ()

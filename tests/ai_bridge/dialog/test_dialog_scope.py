@@ -215,6 +215,35 @@ async def test_when_the_learned_scorer_prefers_another_hit_the_caller_is_asked(
     assert picked.kb_ids == (other,)
 
 
+async def test_the_entry_picked_in_a_choice_is_the_one_answered_once_its_slot_is_given(
+    manager: DialogManager, retriever: HybridRetriever, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The caller turns down the retriever's favourite in "A or B?" and picks an entry that
+    # needs an order number. The number given, that entry is answered: the question is not
+    # ranked again (which put the turned-down entry first).
+    text = "the tracking has not moved for days and the parcel still is not here"
+    vector = manager._embed(text, "en")
+    assert manager.scorer is not None
+    raw = retriever.search(text, vector=vector, lang="en", k=10)
+    hits = manager.scorer.rerank(raw, vector, "en")
+    best = hits[0].entry
+    other = next(h.entry for h in hits[1:] if "{order_number}" in h.entry.answer)
+    assert "{order_number}" not in best.answer and other.id != best.id
+    monkeypatch.setattr(manager, "_probabilities", lambda v, lang: {best.id: 0.05, other.id: 0.9})
+    asked = await manager.respond("pick-1", text, lang="en")
+    assert asked.source == "clarify"
+    state = await manager.store.get("pick-1")
+    assert state is not None and state.pending_choice == (best.id, other.id)
+    slot = await manager.respond("pick-1", "the second one", lang="en")
+    state = await manager.store.get("pick-1")
+    assert slot.source == "clarify" and state is not None
+    assert (state.pending_slot, state.pending_entry) == ("order_number", other.id)
+    answered = await manager.respond("pick-1", "it's A12345", lang="en")
+    assert answered.kb_ids == (other.id,)
+    assert answered.slots["order_number"] == "A12345"
+    assert "A12345" in " ".join([s async for s in answered.sentences])
+
+
 def test_the_nearest_labelled_example_decides_the_side(
     manager: DialogManager, retriever: HybridRetriever
 ) -> None:
