@@ -176,4 +176,7 @@ Use Forgot password on the sign-in page.
         return scorer.models["en"].prob_of(probe)["ship-fee"]
 
     without, trained = p_fee(False), p_fee(True)
-    assert trained > 0.5 and trained > without + 0.1, (without, trained)
+    # The odds the scorer gives the entry grow several-fold (from a coin toss with softmax
+    # regression; the network is already inclined by the two entries' own phrasings).
+    odds = [p / (1.0 - p) for p in (without, trained)]
+    assert trained > 0.5 and odds[1] > 5 * odds[0], (without, trained)
