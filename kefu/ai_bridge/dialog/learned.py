@@ -2,7 +2,7 @@
 
 The hybrid retriever (:mod:`.retrieval`) ranks entries by how near the turn is to their
 nearest phrasings; the turn is judged against single examples. A classifier trained on all
-of them at once (one ReLU layer under a softmax, :func:`train_network`) learns which regions
+of them at once (one ReLU layer under a softmax, :mod:`.classifier`) learns which regions
 of the e5 space separate one entry from its siblings ("charged twice" vs "charged the wrong
 amount") and what sets the knowledge base apart from the questions it does not answer, so a
 paraphrase that is near no single phrasing can still be placed.
@@ -19,14 +19,10 @@ Training data (per language, the vectors the manager already has):
   own class, :data:`OUT_OF_SCOPE`, and the social ones
   (greeting, thanks, yes, no ...) as :data:`SOCIAL`.
 
-Features are the vectors centred on the training mean and divided by their overall standard
-deviation (e5's cosines are compressed into ~0.75-1.0: centring spreads them). The loss is
-cross-entropy with L2 regularisation (:data:`NET_L2`), minimised by full-batch Adam from a
-seeded initialisation (the same data give the same weights). Sibling entries and the
-off-topic class are not separated by one plane each in the e5 space: softmax regression
-(:func:`train_softmax`, convex, kept for comparison) placed 81.9 % of the Mandarin and
-84.7 % of the English callers' turns in cross-validation, the network 85.0 / 87.4 %.
-Training ~7,000 rows per language takes ~15 s on 2 cores, once: the weights are cached
+Sibling entries and the off-topic class are not separated by one plane each in the e5 space:
+softmax regression placed 81.9 % of the Mandarin and 84.7 % of the English callers' turns in
+cross-validation, the network 85.0 / 87.4 % (:mod:`.classifier`). Training ~7,000 rows per
+language takes a few seconds on 2 cores, once: the weights are cached
 (``learned-scorer-<hash>.npz`` in the cache directory), keyed by the training data.
 
 When the retriever's confidence in its best hit falls short, the manager still answers it
@@ -49,17 +45,16 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from . import classifier
 from .augment import product_variants
 from .callers import heard_as
+from .classifier import SoftmaxModel, train_network
 from .disk_cache import cached_arrays, cached_vectors
 from .intents import OUT_OF_SCOPE, SOCIAL_INTENTS, IntentClassifier
 from .kb import KbEntry, KnowledgeBase
 from .retrieval import Hit
 
 SOCIAL = "social"
-# Regularisation and steps: chosen on the dev split of loadtest/eval (never on heldout).
-L2 = 3e-3
-STEPS = 400
 # How much log p(entry) counts in a hit's fused score (cosine units) when re-ranking, relative
 # to the hit the model likes best. Dev split: 0.005 changed little, 0.02 overrode right
 # hybrid rankings; without the close-call check on both rankings it cost Mandarin the
@@ -81,150 +76,9 @@ RERANK_WEIGHT = 0.01
 # wrong (2.9 %), and 0.9 kept English at 93.0 % correct abstention and 3.4 % wrong with
 # 94.1 % answered (93.5 %).
 VOUCH_P = 0.9
-# The network (train_network): one ReLU layer of UNITS between the vector and the softmax,
-# L2 NET_L2, EPOCHS full-batch Adam steps of _ADAM_LR. 5-fold cross-validation over the
-# callers' turns, the scorer's own top-1: Mandarin in-scope turns 81.9 % with softmax
-# regression, 84.5 % with 512 units (l2 1e-4), 85.0 % with 1024 (1e-3); off-topic turns
-# 81.6 / 82.6 / 82.8 %.
-UNITS = 1024
-NET_L2 = 1e-3
-EPOCHS = 300
-_ADAM_LR = 3e-3
 # Probability floor inside the log: an entry the model rules out is not pushed out of reach.
 _FLOOR = 1e-3
 _CACHE_VERSION = b"network-v1"
-
-
-@dataclass(frozen=True, slots=True)
-class SoftmaxModel:
-    """A trained classifier over unit-length sentence vectors: the centred, scaled vector,
-    through one ReLU layer when :attr:`hidden` is set, then a softmax layer."""
-
-    labels: tuple[str, ...]
-    """Class names: entry ids, then :data:`OUT_OF_SCOPE` / :data:`SOCIAL` when trained."""
-    mean: NDArray[Any]
-    """Training mean subtracted from a vector before scaling."""
-    scale: float
-    """Global standard deviation the centred vector is divided by."""
-    weights: NDArray[Any]
-    """(inputs, classes): inputs are the vector's dims, or the hidden units."""
-    bias: NDArray[Any]
-    """(classes,)."""
-    hidden: NDArray[Any] | None = None
-    """(dim, units) of the ReLU layer; None: softmax regression on the vector itself."""
-    hidden_bias: NDArray[Any] | None = None
-    """(units,)."""
-
-    def proba(self, vector: NDArray[Any]) -> NDArray[Any]:
-        """Class probabilities of one vector, in :attr:`labels` order."""
-        x = (vector - self.mean) / self.scale
-        if self.hidden is not None and self.hidden_bias is not None:
-            x = np.maximum(x @ self.hidden + self.hidden_bias, 0.0)
-        z = x @ self.weights + self.bias
-        e = np.exp(z - z.max())
-        out: NDArray[Any] = e / e.sum()
-        return out
-
-    def prob_of(self, vector: NDArray[Any]) -> dict[str, float]:
-        """Class probabilities of one vector by label."""
-        return dict(zip(self.labels, self.proba(vector).tolist(), strict=True))
-
-
-def _standardise(x: NDArray[Any]) -> tuple[NDArray[Any], NDArray[Any], float]:
-    """(centred and scaled rows, mean, scale) of ``x``."""
-    mean = x.mean(axis=0)
-    xc = x - mean
-    scale = float(xc.std()) or 1.0
-    return xc / scale, mean, scale
-
-
-def _softmax_rows(z: NDArray[Any]) -> NDArray[Any]:
-    p: NDArray[Any] = np.exp(z - z.max(axis=1, keepdims=True))
-    p /= p.sum(axis=1, keepdims=True)
-    return p
-
-
-def train_softmax(
-    x: NDArray[Any],
-    y: NDArray[Any],
-    labels: Sequence[str],
-    *,
-    l2: float = L2,
-    steps: int = STEPS,
-) -> SoftmaxModel:
-    """Softmax regression: fit ``x`` (rows, dim) to the target distributions ``y`` (rows,
-    classes)."""
-    xc, mean, scale = _standardise(np.asarray(x, dtype=np.float64))
-    y = np.asarray(y, dtype=np.float64)
-    n, dim = xc.shape
-    w = np.zeros((dim, y.shape[1]))
-    b = np.zeros(y.shape[1])
-    # 1 / Lipschitz constant of the gradient: the step that cannot overshoot.
-    lr = 1.0 / (0.5 * float(np.linalg.norm(xc, 2)) ** 2 / n + l2)
-    w_prev, b_prev = w, b
-    for t in range(steps):
-        momentum = t / (t + 3)
-        wy, by = w + momentum * (w - w_prev), b + momentum * (b - b_prev)
-        g = (_softmax_rows(xc @ wy + by) - y) / n
-        w_prev, b_prev = w, b
-        w = wy - lr * (xc.T @ g + l2 * wy)
-        b = by - lr * g.sum(axis=0)
-    return SoftmaxModel(
-        tuple(labels), mean.astype(np.float32), scale, w.astype(np.float32), b.astype(np.float32)
-    )
-
-
-def train_network(
-    x: NDArray[Any],
-    y: NDArray[Any],
-    labels: Sequence[str],
-    *,
-    units: int = UNITS,
-    l2: float = NET_L2,
-    epochs: int = EPOCHS,
-    seed: int = 0,
-) -> SoftmaxModel:
-    """One ReLU layer of ``units`` under a softmax: fit ``x`` (rows, dim) to the target
-    distributions ``y`` (rows, classes) by full-batch Adam with L2 on the weights, from a
-    seeded He initialisation (the same data give the same model)."""
-    xc, mean, scale = _standardise(np.asarray(x, dtype=np.float32))
-    y = np.asarray(y, dtype=np.float32)
-    n, dim = xc.shape
-    rng = np.random.default_rng(seed)
-    params = {
-        "w1": (rng.normal(size=(dim, units)) * np.sqrt(2.0 / dim)).astype(np.float32),
-        "b1": np.zeros(units, np.float32),
-        "w2": (rng.normal(size=(units, y.shape[1])) * np.sqrt(1.0 / units)).astype(np.float32),
-        "b2": np.zeros(y.shape[1], np.float32),
-    }
-    first = {k: np.zeros_like(v) for k, v in params.items()}
-    second = {k: np.zeros_like(v) for k, v in params.items()}
-    for t in range(1, epochs + 1):
-        h = xc @ params["w1"] + params["b1"]
-        a = np.maximum(h, 0.0)
-        g = (_softmax_rows(a @ params["w2"] + params["b2"]) - y) / n
-        ga = g @ params["w2"].T
-        ga[h <= 0] = 0.0
-        grads = {
-            "w1": xc.T @ ga + l2 * params["w1"],
-            "b1": ga.sum(axis=0),
-            "w2": a.T @ g + l2 * params["w2"],
-            "b2": g.sum(axis=0),
-        }
-        for k, grad in grads.items():
-            first[k] = 0.9 * first[k] + 0.1 * grad
-            second[k] = 0.999 * second[k] + 0.001 * grad * grad
-            step = (first[k] / (1 - 0.9**t)) / (np.sqrt(second[k] / (1 - 0.999**t)) + 1e-8)
-            params[k] -= _ADAM_LR * step
-    return SoftmaxModel(
-        tuple(labels),
-        mean.astype(np.float32),
-        scale,
-        params["w2"],
-        params["b2"],
-        params["w1"],
-        params["b1"],
-    )
 
 
 def training_set(
@@ -372,7 +226,8 @@ def _cached(
     key = b"".join(
         (
             _CACHE_VERSION,
-            f"{UNITS}\0{NET_L2}\0{EPOCHS}\0{_ADAM_LR}\0".encode(),
+            f"{classifier.UNITS}\0{classifier.NET_L2}\0{classifier.EPOCHS}\0".encode(),
+            f"{classifier.BATCH}\0{classifier.ADAM_LR}\0".encode(),
             "\0".join(labels).encode(),
             np.ascontiguousarray(x, dtype=np.float32).tobytes(),
             np.ascontiguousarray(y, dtype=np.float32).tobytes(),
@@ -380,7 +235,9 @@ def _cached(
     )
 
     def train() -> dict[str, NDArray[Any]]:
-        m = train_network(x, y, labels, units=UNITS, l2=NET_L2, epochs=EPOCHS)
+        m = train_network(
+            x, y, labels, units=classifier.UNITS, l2=classifier.NET_L2, epochs=classifier.EPOCHS
+        )
         assert m.hidden is not None and m.hidden_bias is not None
         return {
             "mean": m.mean,
@@ -398,8 +255,8 @@ def _cached(
         train,
         lambda a: (
             a.get("hidden") is not None
-            and a["hidden"].shape == (x.shape[1], UNITS)
-            and a["weights"].shape == (UNITS, len(labels))
+            and a["hidden"].shape == (x.shape[1], classifier.UNITS)
+            and a["weights"].shape == (classifier.UNITS, len(labels))
         ),
     )
     return SoftmaxModel(

@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kefu.ai_bridge.dialog import choice, learned
+from kefu.ai_bridge.dialog import choice
+from kefu.ai_bridge.dialog.classifier import SoftmaxModel, train_network, train_softmax
 from kefu.ai_bridge.dialog.e5 import E5Embedder
 from kefu.ai_bridge.dialog.intents import OUT_OF_SCOPE, IntentClassifier
 from kefu.ai_bridge.dialog.kb import KbEntry, KnowledgeBase
@@ -20,9 +21,6 @@ from kefu.ai_bridge.dialog.learned import (
     RERANK_WEIGHT,
     SOCIAL,
     LearnedScorer,
-    SoftmaxModel,
-    train_network,
-    train_softmax,
     training_set,
 )
 from kefu.ai_bridge.dialog.manager import DialogManager
@@ -169,11 +167,8 @@ def test_weights_are_cached_by_content(
     scorer: LearnedScorer,
     cache_dir: Path,
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # The vectors the session's scorer embedded are not what is tested here: copied over;
-    # nor is how well it learns (a few epochs keep the test quick).
-    monkeypatch.setattr(learned, "EPOCHS", 20)
+    # The vectors the session's scorer embedded are not what is tested here: copied over.
     for vectors in cache_dir.glob("*-vectors-*.npz"):
         shutil.copy(vectors, tmp_path)
     first = LearnedScorer.for_dialog(default_kb, classifier, cache_dir=tmp_path)
