@@ -2,11 +2,11 @@
 trained (numpy only; :mod:`.learned` decides what it is trained on and how it is used).
 
 :func:`train_network` is the one the dialog uses: one ReLU layer of :data:`UNITS` under a
-softmax, cross-entropy with L2 (:data:`NET_L2`), :data:`EPOCHS` passes of Adam over shuffled batches
-from a seeded He initialisation, so the same data give the same weights. :func:`train_softmax`
-(softmax regression, convex, Nesterov steps) is kept for comparison and for tests: it places
-fewer callers' turns (see :data:`UNITS`). Both centre the vectors on the training mean and
-divide by their overall standard deviation (e5's cosines are compressed into ~0.75-1.0:
+softmax, cross-entropy with L2 (:data:`NET_L2`), :data:`EPOCHS` passes of Adam over shuffled
+batches from a seeded He initialisation, so the same data give the same weights. Until stop 29
+it was a softmax regression straight on the vector (convex, Nesterov steps), which placed
+fewer callers' turns (see :data:`UNITS`). The vectors are centred on the training mean and
+divided by their overall standard deviation (e5's cosines are compressed into ~0.75-1.0:
 centring spreads them).
 """
 
@@ -19,12 +19,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["SoftmaxModel", "train_network", "train_softmax"]
+__all__ = ["SoftmaxModel", "train_network"]
 
-# Softmax regression: regularisation and steps chosen on the dev split of loadtest/eval
-# (never on heldout).
-L2 = 3e-3
-STEPS = 400
 # The network (train_network): one ReLU layer of UNITS between the vector and the softmax,
 # L2 NET_L2, EPOCHS passes of Adam (step ADAM_LR) over shuffled batches of BATCH rows.
 # 5-fold cross-validation over the callers' turns, the scorer's own top-1: Mandarin in-scope
@@ -87,36 +83,6 @@ def _softmax_rows(z: NDArray[Any]) -> NDArray[Any]:
     p: NDArray[Any] = np.exp(z - z.max(axis=1, keepdims=True))
     p /= p.sum(axis=1, keepdims=True)
     return p
-
-
-def train_softmax(
-    x: NDArray[Any],
-    y: NDArray[Any],
-    labels: Sequence[str],
-    *,
-    l2: float = L2,
-    steps: int = STEPS,
-) -> SoftmaxModel:
-    """Softmax regression: fit ``x`` (rows, dim) to the target distributions ``y`` (rows,
-    classes)."""
-    xc, mean, scale = _standardise(np.asarray(x, dtype=np.float64))
-    y = np.asarray(y, dtype=np.float64)
-    n, dim = xc.shape
-    w = np.zeros((dim, y.shape[1]))
-    b = np.zeros(y.shape[1])
-    # 1 / Lipschitz constant of the gradient: the step that cannot overshoot.
-    lr = 1.0 / (0.5 * float(np.linalg.norm(xc, 2)) ** 2 / n + l2)
-    w_prev, b_prev = w, b
-    for t in range(steps):
-        momentum = t / (t + 3)
-        wy, by = w + momentum * (w - w_prev), b + momentum * (b - b_prev)
-        g = (_softmax_rows(xc @ wy + by) - y) / n
-        w_prev, b_prev = w, b
-        w = wy - lr * (xc.T @ g + l2 * wy)
-        b = by - lr * g.sum(axis=0)
-    return SoftmaxModel(
-        tuple(labels), mean.astype(np.float32), scale, w.astype(np.float32), b.astype(np.float32)
-    )
 
 
 def train_network(

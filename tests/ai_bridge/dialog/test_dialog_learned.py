@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from kefu.ai_bridge.dialog import choice
-from kefu.ai_bridge.dialog.classifier import SoftmaxModel, train_network, train_softmax
+from kefu.ai_bridge.dialog.classifier import SoftmaxModel, train_network
 from kefu.ai_bridge.dialog.e5 import E5Embedder
 from kefu.ai_bridge.dialog.intents import OUT_OF_SCOPE, IntentClassifier
 from kefu.ai_bridge.dialog.kb import KbEntry, KnowledgeBase
@@ -26,15 +26,15 @@ from kefu.ai_bridge.dialog.learned import (
 from kefu.ai_bridge.dialog.manager import DialogManager
 from kefu.ai_bridge.dialog.retrieval import Hit, HybridRetriever
 
-# --- the regression itself ----------------------------------------------------------------
+# --- the network itself -------------------------------------------------------------------
 
 
-def test_softmax_learns_separable_classes_and_generalises() -> None:
+def test_the_network_learns_separable_classes_and_generalises() -> None:
     rng = np.random.default_rng(7)
     centres = rng.normal(size=(3, 16))
     x = np.concatenate([c + 0.3 * rng.normal(size=(20, 16)) for c in centres])
     y = np.repeat(np.eye(3), 20, axis=0)
-    model = train_softmax(x, y, ("a", "b", "c"))
+    model = train_network(x, y, ("a", "b", "c"), units=32, epochs=200)
     # Points never seen in training, near each centre.
     for label, c in zip("abc", centres, strict=True):
         p = model.prob_of(c + 0.3 * rng.normal(size=16))
@@ -47,9 +47,9 @@ def test_soft_targets_split_the_belief() -> None:
     model undecided between them, and sure it is neither of the others."""
     x = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
     y = np.array([[0.5, 0.5, 0.0], [0.5, 0.5, 0.0], [0.0, 0.0, 1.0]])
-    p = train_softmax(x, y, ("a", "b", "c"), l2=1e-4, steps=500).prob_of(np.array([1.0, 0.0]))
-    assert p["a"] == pytest.approx(p["b"], abs=1e-6)
-    assert p["c"] < 0.1
+    p = train_network(x, y, ("a", "b", "c"), units=32, epochs=500).prob_of(np.array([1.0, 0.0]))
+    assert p["a"] == pytest.approx(p["b"], abs=0.05)
+    assert p["a"] + p["b"] > 0.9
 
 
 def test_the_network_separates_what_a_linear_model_cannot() -> None:
@@ -60,12 +60,10 @@ def test_the_network_separates_what_a_linear_model_cannot() -> None:
     x = np.concatenate([c + 0.2 * rng.normal(size=(30, 2)) for c in corners])
     y = np.repeat(np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 1.0]]), 30, axis=0)
     net = train_network(x, y, ("same", "opposite"), units=16, epochs=300)
-    flat = train_softmax(x, y, ("same", "opposite"))
     probes = corners * 0.9
     want = ["same", "same", "opposite", "opposite"]
     assert [max(p := net.prob_of(v), key=p.__getitem__) for v in probes] == want
     assert all(net.prob_of(v)[w] > 0.8 for v, w in zip(probes, want, strict=True))
-    assert max(flat.prob_of(v)[w] for v, w in zip(probes, want, strict=True)) < 0.6
     again = train_network(x, y, ("same", "opposite"), units=16, epochs=300)
     assert again.hidden is not None and net.hidden is not None
     assert np.array_equal(again.hidden, net.hidden)
