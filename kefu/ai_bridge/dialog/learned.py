@@ -21,7 +21,7 @@ Training data (per language, the vectors the manager already has):
 
 Sibling entries and the off-topic class are not separated by one plane each in the e5 space:
 softmax regression placed 81.9 % of the Mandarin and 84.7 % of the English callers' turns in
-cross-validation, the network 85.0 / 87.4 % (:mod:`.classifier`). Training ~7,000 rows per
+cross-validation, the network ~85 / ~87 % (:mod:`.classifier`). Training ~7,000 rows per
 language takes a few seconds on 2 cores, once: the weights are cached
 (``learned-scorer-<hash>.npz`` in the cache directory), keyed by the training data.
 
@@ -74,7 +74,8 @@ RERANK_WEIGHT = 0.01
 # off-topic turns (cross-validation, correct abstention 93.0 → 92.1 % in both languages);
 # 0.8 and 0.9 answered 94.4 % of Mandarin (93.4 % with the regression at 0.7) with 2.8 %
 # wrong (2.9 %), and 0.9 kept English at 93.0 % correct abstention and 3.4 % wrong with
-# 94.1 % answered (93.5 %).
+# 94.1 % answered (93.5 %). Trained in batches (classifier.BATCH), 0.9 answered 94.1 / 93.9 %
+# with 2.9 / 3.4 % wrong.
 VOUCH_P = 0.9
 # Probability floor inside the log: an entry the model rules out is not pushed out of reach.
 _FLOOR = 1e-3
