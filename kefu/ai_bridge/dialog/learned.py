@@ -45,10 +45,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from . import classifier
 from .augment import product_variants
 from .callers import heard_as
-from .classifier import SoftmaxModel, train_network
+from .classifier import ADAM_LR, BATCH, EPOCHS, NET_L2, UNITS, SoftmaxModel, train_network
 from .disk_cache import cached_arrays, cached_vectors
 from .intents import OUT_OF_SCOPE, SOCIAL_INTENTS, IntentClassifier
 from .kb import KbEntry, KnowledgeBase
@@ -74,7 +73,7 @@ RERANK_WEIGHT = 0.01
 # off-topic turns (cross-validation, correct abstention 93.0 → 92.1 % in both languages);
 # 0.8 and 0.9 answered 94.4 % of Mandarin (93.4 % with the regression at 0.7) with 2.8 %
 # wrong (2.9 %), and 0.9 kept English at 93.0 % correct abstention and 3.4 % wrong with
-# 94.1 % answered (93.5 %). Trained in batches (classifier.BATCH), 0.9 answered 94.1 / 93.9 %
+# 94.1 % answered (93.5 %). Trained in batches (BATCH), 0.9 answered 94.1 / 93.9 %
 # with 2.9 / 3.4 % wrong.
 VOUCH_P = 0.9
 # Probability floor inside the log: an entry the model rules out is not pushed out of reach.
@@ -227,8 +226,7 @@ def _cached(
     key = b"".join(
         (
             _CACHE_VERSION,
-            f"{classifier.UNITS}\0{classifier.NET_L2}\0{classifier.EPOCHS}\0".encode(),
-            f"{classifier.BATCH}\0{classifier.ADAM_LR}\0".encode(),
+            f"{UNITS}\0{NET_L2}\0{EPOCHS}\0{BATCH}\0{ADAM_LR}\0".encode(),
             "\0".join(labels).encode(),
             np.ascontiguousarray(x, dtype=np.float32).tobytes(),
             np.ascontiguousarray(y, dtype=np.float32).tobytes(),
@@ -236,9 +234,7 @@ def _cached(
     )
 
     def train() -> dict[str, NDArray[Any]]:
-        m = train_network(
-            x, y, labels, units=classifier.UNITS, l2=classifier.NET_L2, epochs=classifier.EPOCHS
-        )
+        m = train_network(x, y, labels)  # UNITS, NET_L2, EPOCHS, BATCH, ADAM_LR: the key's
         assert m.hidden is not None and m.hidden_bias is not None
         return {
             "mean": m.mean,
@@ -256,8 +252,8 @@ def _cached(
         train,
         lambda a: (
             a.get("hidden") is not None
-            and a["hidden"].shape == (x.shape[1], classifier.UNITS)
-            and a["weights"].shape == (classifier.UNITS, len(labels))
+            and a["hidden"].shape == (x.shape[1], UNITS)
+            and a["weights"].shape == (UNITS, len(labels))
         ),
     )
     return SoftmaxModel(
